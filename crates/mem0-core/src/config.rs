@@ -1,0 +1,80 @@
+//! Configuration of the memory library: which embedder and stores to build.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::error::Result;
+use crate::history::HistoryStore;
+use crate::memory::Memory;
+use crate::providers::embedder::{build_embedder, EmbedderConfig};
+use crate::store::{SqliteStore, VectorStore};
+
+/// Everything needed to build a [`Memory`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// The embedder.
+    pub embedder: EmbedderConfig,
+    /// Where memories and their embeddings live.
+    pub vector_store: VectorStoreConfig,
+    /// Where history and the message buffer live.
+    pub history: HistoryConfig,
+}
+
+/// Which vector store to use; settings of every provider may be present, `provider` picks one.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VectorStoreConfig {
+    /// The store in use.
+    pub provider: VectorStoreProvider,
+    /// Settings of the embedded SQLite store.
+    #[serde(default)]
+    pub sqlite: SqliteStoreConfig,
+}
+
+/// The vector store providers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VectorStoreProvider {
+    /// The embedded store: one SQLite file, no external service.
+    Sqlite,
+}
+
+/// Settings of the embedded SQLite store.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqliteStoreConfig {
+    /// Path of the database file.
+    pub path: PathBuf,
+}
+
+impl Default for SqliteStoreConfig {
+    fn default() -> Self {
+        Self { path: "data/memories.db".into() }
+    }
+}
+
+/// The SQLite history volume.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// Path of the history database file.
+    pub path: PathBuf,
+}
+
+impl Memory {
+    /// Builds the embedder and stores from `config` and checks they fit together.
+    ///
+    /// # Errors
+    /// [`crate::Error::Config`] for a model that cannot load or a dimension mismatch; store errors.
+    pub async fn from_config(config: &MemoryConfig) -> Result<Self> {
+        let embedder = build_embedder(&config.embedder).await?;
+        let store: Arc<dyn VectorStore> = match config.vector_store.provider {
+            VectorStoreProvider::Sqlite => Arc::new(SqliteStore::open(&config.vector_store.sqlite.path).await?),
+        };
+        let history = HistoryStore::open(&config.history.path).await?;
+        Memory::new(store, history, embedder).await
+    }
+}

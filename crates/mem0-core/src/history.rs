@@ -1,0 +1,199 @@
+//! The history volume: one SQLite file with the `history` of every memory change and the
+//! conversation `messages` buffer (spec §13, with indexes, tenant and scope on every row).
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::DateTime;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::scope::Scope;
+use crate::types::{HistoryEvent, HistoryRecord};
+
+const SCHEMA: &str = r"
+create table if not exists history (
+    id text primary key,
+    tenant text not null,
+    memory_id text not null,
+    user_id text,
+    agent_id text,
+    run_id text,
+    old_memory text,
+    new_memory text,
+    event text not null,
+    created_at integer not null,
+    updated_at integer,
+    is_deleted integer not null default 0,
+    actor_id text,
+    role text
+);
+create index if not exists history_memory on history (tenant, memory_id, created_at, id);
+create table if not exists messages (
+    id text primary key,
+    tenant text not null,
+    session_scope text not null,
+    role text not null,
+    content text not null,
+    name text,
+    created_at integer not null,
+    seq integer not null
+);
+create index if not exists messages_scope on messages (tenant, session_scope, created_at, seq);
+";
+
+/// The SQLite history volume.
+#[derive(Debug, Clone)]
+pub struct HistoryStore {
+    pool: SqlitePool,
+}
+
+impl HistoryStore {
+    /// Opens (creating if needed) the history database at `path`.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`] when it cannot be opened.
+    pub async fn open(path: &Path) -> Result<Self> {
+        if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|error| {
+                Error::StoreUnavailable(format!("cannot create directory {}: {error}", parent.display()))
+            })?;
+        }
+        let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(options)
+            .await?;
+        sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// Appends all entries in one transaction.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`]; nothing is written then.
+    pub async fn append(&self, records: &[HistoryRecord]) -> Result<()> {
+        let mut transaction = self.pool.begin().await?;
+        for record in records {
+            sqlx::query(
+                "insert into history (id, tenant, memory_id, user_id, agent_id, run_id, old_memory, new_memory, \
+                 event, created_at, updated_at, is_deleted, actor_id, role) \
+                 values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(record.id.to_string())
+            .bind(&record.tenant)
+            .bind(record.memory_id.to_string())
+            .bind(&record.scope.user_id)
+            .bind(&record.scope.agent_id)
+            .bind(&record.scope.run_id)
+            .bind(&record.old_memory)
+            .bind(&record.new_memory)
+            .bind(record.event.as_str())
+            .bind(record.created_at.timestamp_micros())
+            .bind(record.updated_at.map(|at| at.timestamp_micros()))
+            .bind(record.is_deleted)
+            .bind(&record.actor_id)
+            .bind(&record.role)
+            .execute(&mut *transaction)
+            .await?;
+        }
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    /// Removes entries by id (used to undo an append whose memory write was rolled back).
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`].
+    pub async fn remove(&self, ids: &[Uuid]) -> Result<()> {
+        let mut transaction = self.pool.begin().await?;
+        for id in ids {
+            sqlx::query("delete from history where id = ?").bind(id.to_string()).execute(&mut *transaction).await?;
+        }
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    /// Returns the entries of one memory of `tenant`, oldest first.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`].
+    pub async fn for_memory(&self, tenant: &str, memory_id: Uuid) -> Result<Vec<HistoryRecord>> {
+        let rows = sqlx::query(
+            "select id, tenant, memory_id, user_id, agent_id, run_id, old_memory, new_memory, event, created_at, \
+             updated_at, is_deleted, actor_id, role from history where tenant = ? and memory_id = ? \
+             order by created_at, id",
+        )
+        .bind(tenant)
+        .bind(memory_id.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let id: String = row.try_get("id")?;
+                let event: String = row.try_get("event")?;
+                let created_at: i64 = row.try_get("created_at")?;
+                let updated_at: Option<i64> = row.try_get("updated_at")?;
+                let bad = |what: &str| Error::Internal(format!("history row {id}: bad {what}"));
+                Ok(HistoryRecord {
+                    id: Uuid::parse_str(&id).map_err(|_| bad("id"))?,
+                    memory_id,
+                    old_memory: row.try_get("old_memory")?,
+                    new_memory: row.try_get("new_memory")?,
+                    event: HistoryEvent::parse(&event).ok_or_else(|| bad("event"))?,
+                    created_at: DateTime::from_timestamp_micros(created_at).ok_or_else(|| bad("created_at"))?,
+                    updated_at: updated_at
+                        .map(|at| DateTime::from_timestamp_micros(at).ok_or_else(|| bad("updated_at")))
+                        .transpose()?,
+                    is_deleted: row.try_get("is_deleted")?,
+                    actor_id: row.try_get("actor_id")?,
+                    role: row.try_get("role")?,
+                    tenant: row.try_get("tenant")?,
+                    scope: Scope {
+                        user_id: row.try_get("user_id")?,
+                        agent_id: row.try_get("agent_id")?,
+                        run_id: row.try_get("run_id")?,
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes history and messages of `tenant`, or of every tenant when `None`.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`].
+    pub async fn reset(&self, tenant: Option<&str>) -> Result<()> {
+        let mut transaction = self.pool.begin().await?;
+        for table in ["history", "messages"] {
+            match tenant {
+                Some(tenant) => {
+                    sqlx::query(&format!("delete from {table} where tenant = ?"))
+                        .bind(tenant)
+                        .execute(&mut *transaction)
+                        .await?
+                }
+                None => sqlx::query(&format!("delete from {table}")).execute(&mut *transaction).await?,
+            };
+        }
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    /// Checks the history database answers.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`].
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query_scalar::<_, i64>("select 1").fetch_one(&self.pool).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,554 @@
+//! The `Memory` service: every memory operation, transport-agnostic, with the caller's rights
+//! enforced here rather than in handlers.
+//!
+//! Writes are all-or-nothing per call: embeddings are computed before anything is written, the
+//! vector-store write is one transaction, and if the history write that follows fails, the
+//! vector-store write is undone before the error is returned.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tracing::{instrument, warn};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::filter::Filter;
+use crate::history::HistoryStore;
+use crate::providers::embedder::Embedder;
+use crate::scope::{Caller, Role, Scope};
+use crate::store::{Cursor, ScopedQuery, VectorStore};
+use crate::types::{memory_hash, HistoryEvent, HistoryRecord, MemoryItem, MemoryRecord, Message, Metadata};
+
+/// Most messages one add call may carry.
+pub const MAX_MESSAGES: usize = 100;
+/// Longest memory text or message content, in bytes.
+pub const MAX_TEXT_BYTES: usize = 32 * 1024;
+/// Largest serialised caller metadata, in bytes.
+pub const MAX_METADATA_BYTES: usize = 16 * 1024;
+/// Longest search query, in bytes.
+pub const MAX_QUERY_BYTES: usize = 8 * 1024;
+/// Upper bound of `top_k` and `page_size`.
+pub const MAX_PAGE_SIZE: usize = 1000;
+/// Default `page_size` of listings.
+pub const DEFAULT_PAGE_SIZE: usize = 100;
+/// Default `top_k` of search.
+pub const DEFAULT_TOP_K: usize = 20;
+/// Default similarity threshold of search.
+pub const DEFAULT_THRESHOLD: f32 = 0.1;
+
+/// Metadata keys the server owns; callers cannot set them through metadata.
+const RESERVED_METADATA_KEYS: [&str; 15] = [
+    "user_id",
+    "agent_id",
+    "run_id",
+    "actor_id",
+    "role",
+    "attributed_to",
+    "hash",
+    "memory",
+    "data",
+    "id",
+    "created_at",
+    "updated_at",
+    "expiration_date",
+    "memory_type",
+    "text_lemmatized",
+];
+
+/// Input of [`Memory::add`].
+#[derive(Debug, Clone, Default)]
+pub struct AddRequest {
+    /// Owner of the new memories.
+    pub scope: Scope,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Caller metadata stored with every new memory.
+    pub metadata: Metadata,
+    /// Last day the memories are visible.
+    pub expiration_date: Option<NaiveDate>,
+    /// Extract facts with the LLM (true) or store each message verbatim (false).
+    pub infer: bool,
+    /// `procedural_memory` or none.
+    pub memory_type: Option<String>,
+    /// Per-call extraction instructions (LLM path).
+    pub prompt: Option<String>,
+    /// When the conversation happened (backfilling); defaults to now.
+    pub timestamp: Option<DateTime<Utc>>,
+}
+
+/// One memory created by [`Memory::add`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AddedMemory {
+    /// New memory id.
+    pub id: Uuid,
+    /// Its text.
+    pub memory: String,
+    /// Always `ADD`: the pipeline never rewrites existing memories.
+    pub event: HistoryEvent,
+    /// Speaker name of the source message (verbatim path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor_id: Option<String>,
+    /// Role of the source message (verbatim path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
+/// Input of [`Memory::list`].
+#[derive(Debug, Clone)]
+pub struct ListRequest {
+    /// Whose memories; empty only for admins listing their whole tenant.
+    pub scope: Scope,
+    /// Further conditions.
+    pub filter: Option<Filter>,
+    /// Rows per page, 1..=1000.
+    pub page_size: usize,
+    /// Token from the previous page's `next`.
+    pub cursor: Option<String>,
+    /// Include expired memories.
+    pub show_expired: bool,
+}
+
+/// One page of [`Memory::list`].
+#[derive(Debug, Clone)]
+pub struct ListPage {
+    /// Memories, newest first.
+    pub items: Vec<MemoryItem>,
+    /// Token for the next page, when there is one.
+    pub next: Option<String>,
+}
+
+/// Input of [`Memory::search`].
+#[derive(Debug, Clone)]
+pub struct SearchRequest {
+    /// Whose memories.
+    pub scope: Scope,
+    /// Further conditions.
+    pub filter: Option<Filter>,
+    /// What to look for.
+    pub query: String,
+    /// Most results, 1..=1000.
+    pub top_k: usize,
+    /// Lowest similarity returned, in [0, 1].
+    pub threshold: f32,
+    /// Include expired memories.
+    pub show_expired: bool,
+}
+
+/// Input of [`Memory::update`]; at least one field must be present.
+#[derive(Debug, Clone, Default)]
+pub struct UpdateRequest {
+    /// New text (re-embedded).
+    pub text: Option<String>,
+    /// Keys merged into the metadata.
+    pub metadata: Option<Metadata>,
+    /// `Some(None)` clears the expiration, `Some(Some(d))` sets it.
+    pub expiration_date: Option<Option<NaiveDate>>,
+}
+
+/// The memory service.
+#[derive(Debug, Clone)]
+pub struct Memory {
+    store: Arc<dyn VectorStore>,
+    history: HistoryStore,
+    embedder: Arc<dyn Embedder>,
+}
+
+impl Memory {
+    /// Builds the service and checks the store's embedding dimension against the embedder's.
+    ///
+    /// # Errors
+    /// [`Error::Config`] on a dimension mismatch; store errors.
+    pub async fn new(store: Arc<dyn VectorStore>, history: HistoryStore, embedder: Arc<dyn Embedder>) -> Result<Self> {
+        store.ensure_dimension(embedder.dimension(), embedder.model_id()).await?;
+        Ok(Self { store, history, embedder })
+    }
+
+    /// Returns the embedder in use.
+    pub fn embedder(&self) -> &Arc<dyn Embedder> {
+        &self.embedder
+    }
+
+    /// Stores memories from a conversation.
+    ///
+    /// # Errors
+    /// Validation, scope and provider errors; on any error nothing is stored.
+    #[instrument(skip_all, fields(tenant = %caller.tenant, infer = request.infer, messages = request.messages.len()))]
+    pub async fn add(&self, caller: &Caller, request: AddRequest) -> Result<Vec<AddedMemory>> {
+        caller.require(Role::Write)?;
+        if request.scope.is_empty() {
+            return Err(Error::validation("user_id", "at least one of user_id, agent_id or run_id is required"));
+        }
+        caller.check_scope(&request.scope)?;
+        if request.messages.is_empty() {
+            return Err(Error::validation("messages", "at least one message is required"));
+        }
+        if request.messages.len() > MAX_MESSAGES {
+            return Err(Error::validation("messages", format!("at most {MAX_MESSAGES} messages per call")));
+        }
+        if let Some(memory_type) = &request.memory_type {
+            if memory_type != "procedural_memory" {
+                return Err(Error::validation("memory_type", "the only memory type is `procedural_memory`"));
+            }
+        }
+        for (index, message) in request.messages.iter().enumerate() {
+            if !matches!(message.role.as_str(), "user" | "assistant" | "system") {
+                return Err(Error::validation(
+                    format!("messages[{index}].role"),
+                    "must be one of user, assistant, system",
+                ));
+            }
+            if message.content.len() > MAX_TEXT_BYTES {
+                return Err(Error::validation(
+                    format!("messages[{index}].content"),
+                    format!("at most {MAX_TEXT_BYTES} bytes"),
+                ));
+            }
+        }
+        let metadata = sanitize_metadata(request.metadata)?;
+        if request.infer || request.memory_type.is_some() {
+            return Err(Error::LlmNotConfigured);
+        }
+
+        let sources: Vec<&Message> = request
+            .messages
+            .iter()
+            .filter(|message| message.role != "system" && !message.content.trim().is_empty())
+            .collect();
+        if sources.is_empty() {
+            return Ok(Vec::new());
+        }
+        let texts: Vec<String> = sources.iter().map(|message| message.content.trim().to_owned()).collect();
+        let embeddings = self.embedder.embed_batch(&texts).await?;
+        if embeddings.len() != texts.len() {
+            return Err(Error::Internal("embedder returned a wrong number of vectors".into()));
+        }
+        let now = Utc::now();
+        let created_at = request.timestamp.unwrap_or(now);
+        let records: Vec<MemoryRecord> = sources
+            .iter()
+            .zip(texts)
+            .zip(embeddings)
+            .map(|((message, text), embedding)| MemoryRecord {
+                id: Uuid::now_v7(),
+                tenant: caller.tenant.clone(),
+                scope: request.scope.clone(),
+                hash: memory_hash(&text),
+                memory: text,
+                metadata: metadata.clone(),
+                created_at,
+                updated_at: created_at,
+                expiration_date: request.expiration_date,
+                attributed_to: None,
+                role: Some(message.role.clone()),
+                actor_id: message.name.clone(),
+                memory_type: None,
+                embedding,
+            })
+            .collect();
+        let history: Vec<HistoryRecord> =
+            records.iter().map(|record| HistoryRecord::for_event(record, HistoryEvent::Add, None, now)).collect();
+        self.store.insert(&records).await?;
+        if let Err(error) = self.history.append(&history).await {
+            let ids: Vec<Uuid> = records.iter().map(|record| record.id).collect();
+            self.undo("add", self.store.delete(&caller.tenant, &ids).await.map(|_| ()));
+            return Err(error);
+        }
+        Ok(records
+            .into_iter()
+            .map(|record| AddedMemory {
+                id: record.id,
+                memory: record.memory,
+                event: HistoryEvent::Add,
+                actor_id: record.actor_id,
+                role: record.role,
+            })
+            .collect())
+    }
+
+    /// Returns one memory. Expired memories are returned too.
+    ///
+    /// # Errors
+    /// [`Error::MemoryNotFound`] when missing or outside the caller's reach.
+    #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
+    pub async fn get(&self, caller: &Caller, id: Uuid) -> Result<MemoryItem> {
+        caller.require(Role::Read)?;
+        Ok(self.visible(caller, id).await?.into())
+    }
+
+    /// Lists memories of a scope, newest first, one page at a time.
+    ///
+    /// # Errors
+    /// Validation (page size, cursor), scope errors.
+    #[instrument(skip_all, fields(tenant = %caller.tenant, page_size = request.page_size))]
+    pub async fn list(&self, caller: &Caller, request: ListRequest) -> Result<ListPage> {
+        caller.require(Role::Read)?;
+        if request.scope.is_empty() {
+            caller.require(Role::Admin).map_err(|_| {
+                Error::Forbidden("listing without user_id, agent_id or run_id needs the admin role".into())
+            })?;
+        }
+        caller.check_scope(&request.scope)?;
+        check_bound("page_size", request.page_size)?;
+        let cursor = request.cursor.as_deref().map(Cursor::decode).transpose()?;
+        let query = self.scoped_query(caller, request.scope, request.filter, request.show_expired);
+        let page = self.store.list(&query, cursor, request.page_size).await?;
+        Ok(ListPage {
+            items: page.records.into_iter().map(MemoryItem::from).collect(),
+            next: page.next.map(|cursor| cursor.encode()),
+        })
+    }
+
+    /// Finds the memories of a scope most similar to a query (dense search).
+    ///
+    /// # Errors
+    /// Validation (query, top_k, threshold), scope and embedder errors.
+    #[instrument(skip_all, fields(tenant = %caller.tenant, top_k = request.top_k))]
+    pub async fn search(&self, caller: &Caller, request: SearchRequest) -> Result<Vec<MemoryItem>> {
+        caller.require(Role::Read)?;
+        if request.scope.is_empty() {
+            return Err(Error::validation("filters", "at least one of user_id, agent_id or run_id is required"));
+        }
+        caller.check_scope(&request.scope)?;
+        let query_text = request.query.trim();
+        if query_text.is_empty() {
+            return Err(Error::validation("query", "cannot be empty"));
+        }
+        if query_text.len() > MAX_QUERY_BYTES {
+            return Err(Error::validation("query", format!("at most {MAX_QUERY_BYTES} bytes")));
+        }
+        check_bound("top_k", request.top_k)?;
+        if !(0.0..=1.0).contains(&request.threshold) {
+            return Err(Error::validation("threshold", "must be between 0 and 1"));
+        }
+        let vector = self.embedder.embed(query_text).await?;
+        let query = self.scoped_query(caller, request.scope, request.filter, request.show_expired);
+        let results = self.store.search(&query, &vector, request.top_k, request.threshold).await?;
+        Ok(results
+            .into_iter()
+            .map(|scored| MemoryItem { score: Some(scored.score), ..MemoryItem::from(scored.record) })
+            .collect())
+    }
+
+    /// Changes text, metadata (merged) and/or expiration of a memory.
+    ///
+    /// # Errors
+    /// Validation, [`Error::MemoryNotFound`], embedder and store errors; on error nothing changes.
+    #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
+    pub async fn update(&self, caller: &Caller, id: Uuid, request: UpdateRequest) -> Result<MemoryItem> {
+        caller.require(Role::Write)?;
+        if request.text.is_none() && request.metadata.is_none() && request.expiration_date.is_none() {
+            return Err(Error::validation(
+                "text",
+                "at least one of text, metadata or expiration_date must be provided",
+            ));
+        }
+        let new_text = request.text.as_deref().map(str::trim).map(str::to_owned);
+        if let Some(text) = &new_text {
+            if text.is_empty() {
+                return Err(Error::validation("text", "cannot be empty"));
+            }
+            if text.len() > MAX_TEXT_BYTES {
+                return Err(Error::validation("text", format!("at most {MAX_TEXT_BYTES} bytes")));
+            }
+        }
+        let metadata_update = request.metadata.map(sanitize_metadata).transpose()?;
+        let old = self.visible(caller, id).await?;
+        let mut updated = old.clone();
+        if let Some(text) = new_text.filter(|text| *text != old.memory) {
+            updated.embedding = self.embedder.embed(&text).await?;
+            updated.hash = memory_hash(&text);
+            updated.memory = text;
+        }
+        if let Some(metadata) = metadata_update {
+            updated.metadata.extend(metadata);
+            check_metadata_size(&updated.metadata)?;
+        }
+        if let Some(expiration) = request.expiration_date {
+            updated.expiration_date = expiration;
+        }
+        let now = Utc::now();
+        updated.updated_at = now;
+        if !self.store.update(&updated).await? {
+            return Err(Error::MemoryNotFound { id: id.to_string() });
+        }
+        let entry = HistoryRecord::for_event(&updated, HistoryEvent::Update, Some(old.memory.clone()), now);
+        if let Err(error) = self.history.append(&[entry]).await {
+            self.undo("update", self.store.update(&old).await.map(|_| ()));
+            return Err(error);
+        }
+        Ok(updated.into())
+    }
+
+    /// Deletes one memory.
+    ///
+    /// # Errors
+    /// [`Error::MemoryNotFound`], store errors; on error nothing changes.
+    #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
+    pub async fn delete(&self, caller: &Caller, id: Uuid) -> Result<()> {
+        caller.require(Role::Write)?;
+        let record = self.visible(caller, id).await?;
+        if self.store.delete(&caller.tenant, &[id]).await? == 0 {
+            return Err(Error::MemoryNotFound { id: id.to_string() });
+        }
+        let entry = HistoryRecord::for_event(&record, HistoryEvent::Delete, Some(record.memory.clone()), Utc::now());
+        if let Err(error) = self.history.append(&[entry]).await {
+            self.undo("delete", self.store.insert(std::slice::from_ref(&record)).await);
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// Deletes every memory of exactly `scope` (every id given must match; others are untouched).
+    /// Returns how many were deleted.
+    ///
+    /// # Errors
+    /// Validation (empty scope), scope and store errors; on error nothing changes.
+    #[instrument(skip_all, fields(tenant = %caller.tenant))]
+    pub async fn delete_all(&self, caller: &Caller, scope: Scope) -> Result<usize> {
+        caller.require(Role::Admin)?;
+        if scope.is_empty() {
+            return Err(Error::validation(
+                "user_id",
+                "at least one of user_id, agent_id or run_id is required; use reset to delete everything",
+            ));
+        }
+        caller.check_scope(&scope)?;
+        let query = self.scoped_query(caller, scope, None, true);
+        let deleted = self.store.delete_matching(&query).await?;
+        let now = Utc::now();
+        let entries: Vec<HistoryRecord> = deleted
+            .iter()
+            .map(|record| HistoryRecord::for_event(record, HistoryEvent::Delete, Some(record.memory.clone()), now))
+            .collect();
+        if let Err(error) = self.history.append(&entries).await {
+            self.undo("delete_all", self.store.insert(&deleted).await);
+            return Err(error);
+        }
+        Ok(deleted.len())
+    }
+
+    /// Returns the changes of one memory, oldest first; works after the memory was deleted.
+    ///
+    /// # Errors
+    /// [`Error::MemoryNotFound`] when there is no history the caller may see.
+    #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
+    pub async fn history(&self, caller: &Caller, id: Uuid) -> Result<Vec<HistoryRecord>> {
+        caller.require(Role::Read)?;
+        let entries = self.history.for_memory(&caller.tenant, id).await?;
+        let visible = match self.store.get(&caller.tenant, id).await? {
+            Some(record) => caller.can_see(&record.tenant, &record.scope),
+            None => entries.first().is_some_and(|entry| caller.can_see(&entry.tenant, &entry.scope)),
+        };
+        if !visible {
+            return Err(Error::MemoryNotFound { id: id.to_string() });
+        }
+        Ok(entries)
+    }
+
+    /// Deletes every memory, history entry and buffered message of the caller's tenant.
+    ///
+    /// # Errors
+    /// [`Error::Forbidden`] unless admin; store errors.
+    #[instrument(skip_all, fields(tenant = %caller.tenant))]
+    pub async fn reset(&self, caller: &Caller) -> Result<()> {
+        caller.require(Role::Admin)?;
+        if caller.grant != crate::scope::ScopeGrant::default() {
+            return Err(Error::Forbidden("reset needs an admin that is not bound to a scope".into()));
+        }
+        self.store.reset(Some(&caller.tenant)).await?;
+        self.history.reset(Some(&caller.tenant)).await
+    }
+
+    /// Checks that both stores answer.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`].
+    pub async fn ready(&self) -> Result<()> {
+        self.store.ping().await?;
+        self.history.ping().await
+    }
+
+    async fn visible(&self, caller: &Caller, id: Uuid) -> Result<MemoryRecord> {
+        match self.store.get(&caller.tenant, id).await? {
+            Some(record) if caller.can_see(&record.tenant, &record.scope) => Ok(record),
+            _ => Err(Error::MemoryNotFound { id: id.to_string() }),
+        }
+    }
+
+    fn scoped_query(&self, caller: &Caller, scope: Scope, filter: Option<Filter>, show_expired: bool) -> ScopedQuery {
+        ScopedQuery { tenant: caller.tenant.clone(), scope, filter, show_expired, today: Utc::now().date_naive() }
+    }
+
+    fn undo(&self, operation: &str, outcome: Result<()>) {
+        if let Err(error) = outcome {
+            // The forward write succeeded, the history write failed, and undoing failed too.
+            warn!(operation, %error, "could not undo a memory write after a history failure");
+        }
+    }
+}
+
+fn check_bound(field: &str, value: usize) -> Result<()> {
+    if (1..=MAX_PAGE_SIZE).contains(&value) {
+        Ok(())
+    } else {
+        Err(Error::validation(field, format!("must be between 1 and {MAX_PAGE_SIZE}")))
+    }
+}
+
+/// Drops reserved keys (scope ids and server-owned fields) from caller metadata and bounds its size.
+fn sanitize_metadata(mut metadata: Metadata) -> Result<Metadata> {
+    let dropped: Vec<String> =
+        metadata.keys().filter(|key| RESERVED_METADATA_KEYS.contains(&key.as_str())).cloned().collect();
+    for key in &dropped {
+        metadata.remove(key);
+    }
+    if !dropped.is_empty() {
+        warn!(keys = ?dropped, "dropped reserved keys from caller metadata");
+    }
+    if let Some(key) = metadata.keys().find(|key| key.is_empty() || key.len() > 256) {
+        return Err(Error::validation("metadata", format!("key `{key}` must be 1-256 bytes")));
+    }
+    check_metadata_size(&metadata)?;
+    Ok(metadata)
+}
+
+fn check_metadata_size(metadata: &Metadata) -> Result<()> {
+    let size = Value::Object(metadata.clone()).to_string().len();
+    if size > MAX_METADATA_BYTES {
+        return Err(Error::validation("metadata", format!("at most {MAX_METADATA_BYTES} bytes when serialised")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn reserved_metadata_keys_are_dropped() {
+        let Value::Object(metadata) = json!({"user_id": "eve", "created_at": "1999", "topic": "food", "role": "x"})
+        else {
+            panic!("object")
+        };
+        let clean = sanitize_metadata(metadata).expect("valid");
+        assert_eq!(Value::Object(clean), json!({"topic": "food"}));
+    }
+
+    #[test]
+    fn oversized_metadata_is_rejected() {
+        let Value::Object(metadata) = json!({"blob": "x".repeat(MAX_METADATA_BYTES)}) else { panic!("object") };
+        assert!(sanitize_metadata(metadata).is_err());
+    }
+
+    #[test]
+    fn bounds_are_one_to_a_thousand() {
+        assert!(check_bound("top_k", 0).is_err());
+        assert!(check_bound("top_k", 1).is_ok());
+        assert!(check_bound("top_k", 1000).is_ok());
+        assert!(check_bound("top_k", 1001).is_err());
+    }
+}

@@ -1,0 +1,292 @@
+//! The local all-MiniLM-L6-v2 sentence embedder, run in-process on the CPU with candle.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config, DTYPE};
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+use super::Embedder;
+use crate::error::{ProviderError, ProviderErrorKind, Result};
+
+/// The identifier reported by [`LocalEmbedder::model_id`].
+const MODEL_ID: &str = "all-MiniLM-L6-v2";
+/// The provider name carried by every [`ProviderError`] this embedder returns.
+const PROVIDER: &str = "local-embedder";
+/// Longest input, in tokens including `[CLS]` and `[SEP]`; longer texts are truncated.
+const MAX_TOKENS: usize = 256;
+/// Most texts run through the model in one forward pass, to bound memory.
+const MAX_TEXTS_PER_PASS: usize = 32;
+/// Files the model directory must hold.
+const CONFIG_FILE: &str = "config.json";
+const TOKENIZER_FILE: &str = "tokenizer.json";
+const WEIGHTS_FILE: &str = "model.safetensors";
+
+/// all-MiniLM-L6-v2 run in-process on the CPU: BERT, masked mean pooling, L2 normalisation.
+///
+/// Cloning is cheap: the model and tokenizer are shared.
+#[derive(Clone)]
+pub struct LocalEmbedder {
+    inner: Arc<Inner>,
+}
+
+/// The loaded model, shared with the blocking tasks that run it.
+struct Inner {
+    model: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+    dimension: usize,
+}
+
+impl fmt::Debug for LocalEmbedder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalEmbedder")
+            .field("model_id", &MODEL_ID)
+            .field("dimension", &self.inner.dimension)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalEmbedder {
+    /// Loads the model from `model_dir`, which must hold `config.json`, `tokenizer.json` and
+    /// `model.safetensors`. This reads about 90 MB and blocks: call it off the async runtime.
+    ///
+    /// # Errors
+    /// [`crate::Error::Config`] naming the file when one is missing or cannot be parsed.
+    pub fn load(model_dir: &Path) -> Result<Self> {
+        let config_path = required_file(model_dir, CONFIG_FILE)?;
+        let tokenizer_path = required_file(model_dir, TOKENIZER_FILE)?;
+        let weights_path = required_file(model_dir, WEIGHTS_FILE)?;
+
+        let config_text = std::fs::read_to_string(&config_path)
+            .map_err(|error| config_error(&config_path, "cannot be read", error))?;
+        let config: Config = serde_json::from_str(&config_text)
+            .map_err(|error| config_error(&config_path, "is not a valid bert config", error))?;
+
+        let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
+            .map_err(|error| config_error(&tokenizer_path, "is not a valid tokenizer", error))?;
+        // The shipped tokenizer pads every input to a fixed 128 tokens and truncates there;
+        // pad only to the longest text of each batch instead, and allow longer inputs.
+        let padding = PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..tokenizer.get_padding().cloned().unwrap_or_default()
+        };
+        tokenizer.with_padding(Some(padding));
+        let truncation = TruncationParams {
+            max_length: MAX_TOKENS.min(config.max_position_embeddings),
+            ..TruncationParams::default()
+        };
+        tokenizer
+            .with_truncation(Some(truncation))
+            .map_err(|error| config_error(&tokenizer_path, "rejects truncation", error))?;
+
+        let device = Device::Cpu;
+        let tensors = candle_core::safetensors::load(&weights_path, &device)
+            .map_err(|error| config_error(&weights_path, "cannot be read", error))?;
+        let weights = VarBuilder::from_tensors(tensors, DTYPE, &device);
+        let model = BertModel::load(weights, &config)
+            .map_err(|error| config_error(&weights_path, "does not match config.json", error))?;
+
+        Ok(Self { inner: Arc::new(Inner { model, tokenizer, device, dimension: config.hidden_size }) })
+    }
+}
+
+#[async_trait]
+impl Embedder for LocalEmbedder {
+    fn dimension(&self) -> usize {
+        self.inner.dimension
+    }
+
+    fn model_id(&self) -> &str {
+        MODEL_ID
+    }
+
+    async fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, ProviderError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inner = Arc::clone(&self.inner);
+        let texts = texts.to_vec();
+        tokio::task::spawn_blocking(move || {
+            let mut vectors = Vec::with_capacity(texts.len());
+            for chunk in texts.chunks(MAX_TEXTS_PER_PASS) {
+                vectors.extend(inner.embed_chunk(chunk)?);
+            }
+            Ok(vectors)
+        })
+        .await
+        .map_err(|error| bad_response("embedding task failed", error))?
+    }
+}
+
+impl Inner {
+    /// Embeds at most [`MAX_TEXTS_PER_PASS`] texts in one forward pass.
+    fn embed_chunk(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, ProviderError> {
+        let inputs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let encodings =
+            self.tokenizer.encode_batch(inputs, true).map_err(|error| bad_response("tokenization failed", error))?;
+
+        let rows = encodings.len();
+        let width = encodings.first().map_or(0, |encoding| encoding.len());
+        let mut ids = Vec::with_capacity(rows * width);
+        let mut type_ids = Vec::with_capacity(rows * width);
+        let mut mask = Vec::with_capacity(rows * width);
+        for encoding in &encodings {
+            if encoding.len() != width {
+                return Err(bad_response("tokenization failed", "encodings of one batch differ in length"));
+            }
+            ids.extend_from_slice(encoding.get_ids());
+            type_ids.extend_from_slice(encoding.get_type_ids());
+            mask.extend_from_slice(encoding.get_attention_mask());
+        }
+
+        self.forward(ids, type_ids, mask, (rows, width)).map_err(|error| bad_response("inference failed", error))
+    }
+
+    /// Runs BERT on a padded batch, then mean-pools over real tokens and L2-normalises.
+    fn forward(
+        &self,
+        ids: Vec<u32>,
+        type_ids: Vec<u32>,
+        mask: Vec<u32>,
+        shape: (usize, usize),
+    ) -> candle_core::Result<Vec<Vec<f32>>> {
+        let ids = Tensor::from_vec(ids, shape, &self.device)?;
+        let type_ids = Tensor::from_vec(type_ids, shape, &self.device)?;
+        let mask = Tensor::from_vec(mask, shape, &self.device)?;
+
+        // (rows, width, hidden)
+        let hidden = self.model.forward(&ids, &type_ids, Some(&mask))?;
+        // (rows, width, 1): 1.0 on real tokens, 0.0 on padding.
+        let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+        let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
+        let counts = mask.sum(1)?.maximum(1e-9)?;
+        let mean = summed.broadcast_div(&counts)?;
+        let norms = mean.sqr()?.sum_keepdim(1)?.sqrt()?.maximum(1e-12)?;
+        mean.broadcast_div(&norms)?.to_vec2::<f32>()
+    }
+}
+
+/// Returns the path of `file` in `model_dir`, or a configuration error if it is not there.
+fn required_file(model_dir: &Path, file: &str) -> Result<PathBuf> {
+    let path = model_dir.join(file);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(crate::Error::Config(format!(
+            "local embedder model file {} is missing (expected {file} in {}); run scripts/fetch-model.sh",
+            path.display(),
+            model_dir.display()
+        )))
+    }
+}
+
+/// Builds the configuration error for a model file that exists but cannot be used.
+fn config_error(path: &Path, problem: &str, error: impl fmt::Display) -> crate::Error {
+    crate::Error::Config(format!(
+        "local embedder model file {} {problem}: {error}; run scripts/fetch-model.sh",
+        path.display()
+    ))
+}
+
+/// Builds the provider error for a failure while embedding.
+fn bad_response(context: &str, error: impl fmt::Display) -> ProviderError {
+    ProviderError::new(ProviderErrorKind::BadResponse, PROVIDER, format!("{context}: {error}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::OnceLock;
+
+    use super::*;
+
+    const MODEL_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/all-MiniLM-L6-v2");
+
+    fn embedder() -> LocalEmbedder {
+        static EMBEDDER: OnceLock<LocalEmbedder> = OnceLock::new();
+        EMBEDDER.get_or_init(|| LocalEmbedder::load(Path::new(MODEL_DIR)).expect("model loads")).clone()
+    }
+
+    fn cosine(a: &[f32], b: &[f32]) -> f32 {
+        let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        dot / (norm(a) * norm(b))
+    }
+
+    fn strings(texts: &[&str]) -> Vec<String> {
+        texts.iter().map(|text| (*text).to_owned()).collect()
+    }
+
+    #[tokio::test]
+    async fn reports_dimension_and_model_id() {
+        let embedder = embedder();
+        assert_eq!(embedder.dimension(), 384);
+        assert_eq!(embedder.model_id(), "all-MiniLM-L6-v2");
+        let vector = embedder.embed("hello world").await.expect("embeds");
+        assert_eq!(vector.len(), 384);
+    }
+
+    #[tokio::test]
+    async fn vectors_are_unit_length() {
+        let texts = strings(&["", "a", "I am allergic to peanuts", &"long text ".repeat(400)]);
+        let vectors = embedder().embed_batch(&texts).await.expect("embeds");
+        assert_eq!(vectors.len(), texts.len());
+        for vector in &vectors {
+            let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
+        }
+    }
+
+    #[tokio::test]
+    async fn similar_sentences_are_close() {
+        let texts = strings(&["I am allergic to peanuts", "The user cannot eat peanuts", "The weather is nice"]);
+        let vectors = embedder().embed_batch(&texts).await.expect("embeds");
+        let related = cosine(&vectors[0], &vectors[1]);
+        let unrelated = cosine(&vectors[0], &vectors[2]);
+        assert!((related - 0.580).abs() < 0.02, "related cosine {related}");
+        assert!((unrelated - 0.076).abs() < 0.03, "unrelated cosine {unrelated}");
+    }
+
+    #[tokio::test]
+    async fn padding_does_not_change_vectors() {
+        let long = "My sister moved to Lisbon last spring and now works as a nurse at the \
+                    children's hospital, which she says is the best job she has ever had.";
+        let texts = strings(&["hi", "I am allergic to peanuts", long, "", "Paris"]);
+        let embedder = embedder();
+        let batch = embedder.embed_batch(&texts).await.expect("embeds batch");
+        for (text, batched) in texts.iter().zip(&batch) {
+            let alone = embedder.embed(text).await.expect("embeds one");
+            let diff = alone.iter().zip(batched).map(|(a, b)| (a - b).abs()).fold(0.0_f32, f32::max);
+            assert!(diff < 1e-4, "text {text:?} differs by {diff}");
+        }
+    }
+
+    #[tokio::test]
+    async fn large_batches_are_chunked_in_order() {
+        let texts: Vec<String> = (0..MAX_TEXTS_PER_PASS * 2 + 3).map(|i| format!("memory number {i}")).collect();
+        let embedder = embedder();
+        let vectors = embedder.embed_batch(&texts).await.expect("embeds");
+        assert_eq!(vectors.len(), texts.len());
+        let last = embedder.embed(&texts[texts.len() - 1]).await.expect("embeds one");
+        assert!(cosine(&last, &vectors[texts.len() - 1]) > 0.9999);
+    }
+
+    #[tokio::test]
+    async fn empty_batch_gives_empty_output() {
+        let vectors = embedder().embed_batch(&[]).await.expect("embeds");
+        assert!(vectors.is_empty());
+    }
+
+    #[test]
+    fn missing_model_is_a_config_error() {
+        let error = LocalEmbedder::load(Path::new("/nonexistent/model")).expect_err("fails");
+        let message = error.to_string();
+        assert!(matches!(error, crate::Error::Config(_)), "{message}");
+        assert!(message.contains("/nonexistent/model/config.json"), "{message}");
+        assert!(message.contains("scripts/fetch-model.sh"), "{message}");
+    }
+}

@@ -1,0 +1,104 @@
+//! The `Embedder` trait and its implementations: local MiniLM (candle) and OpenAI-compatible HTTP.
+
+mod local;
+mod openai;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+
+pub use local::LocalEmbedder;
+pub use openai::{OpenAiEmbedder, OpenAiEmbedderConfig, DEFAULT_OPENAI_BASE_URL};
+
+use crate::error::{ProviderError, Result};
+
+/// Turns texts into fixed-size vectors. Implementations must return L2-normalised vectors,
+/// one per input text, in input order.
+#[async_trait]
+pub trait Embedder: Debug + Send + Sync + 'static {
+    /// Returns the dimension of the vectors this embedder produces.
+    fn dimension(&self) -> usize;
+
+    /// Returns a short identifier of the model, for logs and the stored-data check.
+    fn model_id(&self) -> &str;
+
+    /// Embeds a batch of texts.
+    ///
+    /// # Errors
+    /// A [`ProviderError`] classifying the failure; no partial result is returned.
+    async fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, ProviderError>;
+
+    /// Embeds one text.
+    ///
+    /// # Errors
+    /// As [`Embedder::embed_batch`].
+    async fn embed(&self, text: &str) -> Result<Vec<f32>, ProviderError> {
+        let mut vectors = self.embed_batch(&[text.to_owned()]).await?;
+        vectors.pop().ok_or_else(|| {
+            ProviderError::new(
+                crate::error::ProviderErrorKind::BadResponse,
+                self.model_id(),
+                "embedder returned no vector",
+            )
+        })
+    }
+}
+
+/// Which embedder to build. Settings of every provider may be present (so configuration layers
+/// can switch provider without deleting keys); `provider` picks one.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedderConfig {
+    /// The provider in use.
+    pub provider: EmbedderProvider,
+    /// Settings of the local embedder.
+    #[serde(default)]
+    pub local: LocalEmbedderConfig,
+    /// Settings of the OpenAI-compatible embedder.
+    #[serde(default)]
+    pub openai: OpenAiEmbedderConfig,
+}
+
+/// The embedder providers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbedderProvider {
+    /// all-MiniLM-L6-v2 run in-process with candle.
+    Local,
+    /// Any server speaking the OpenAI `/v1/embeddings` wire format.
+    Openai,
+}
+
+/// Settings of the local embedder.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalEmbedderConfig {
+    /// Directory holding `model.safetensors`, `tokenizer.json` and `config.json`.
+    pub model_dir: std::path::PathBuf,
+}
+
+impl Default for LocalEmbedderConfig {
+    fn default() -> Self {
+        Self { model_dir: "models/all-MiniLM-L6-v2".into() }
+    }
+}
+
+/// Builds the configured embedder and discovers its dimension.
+///
+/// # Errors
+/// [`crate::Error::Config`] when the model cannot be loaded, or the remote provider's error when
+/// the dimension probe fails.
+pub async fn build_embedder(config: &EmbedderConfig) -> Result<Arc<dyn Embedder>> {
+    match config.provider {
+        EmbedderProvider::Local => {
+            let model_dir = config.local.model_dir.clone();
+            let embedder = tokio::task::spawn_blocking(move || LocalEmbedder::load(&model_dir))
+                .await
+                .map_err(|error| crate::Error::Internal(error.to_string()))??;
+            Ok(Arc::new(embedder))
+        }
+        EmbedderProvider::Openai => Ok(Arc::new(OpenAiEmbedder::connect(config.openai.clone()).await?)),
+    }
+}

@@ -1,0 +1,3 @@
+//! External providers behind traits: embedders now, LLMs and rerankers later.
+
+pub mod embedder;

@@ -1,0 +1,145 @@
+//! The `VectorStore` trait (memories with embeddings, scoped queries) and its implementations.
+
+mod sqlite;
+mod sqlite_filter;
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use chrono::{DateTime, NaiveDate, Utc};
+use uuid::Uuid;
+
+pub use sqlite::SqliteStore;
+
+use crate::error::{Error, Result};
+use crate::filter::Filter;
+use crate::scope::Scope;
+use crate::types::MemoryRecord;
+
+/// Which rows a read may see: always one tenant and one scope, optionally narrowed by a filter.
+#[derive(Debug, Clone)]
+pub struct ScopedQuery {
+    /// Tenant of the caller.
+    pub tenant: String,
+    /// Every id set here must match the row's (an empty scope is only built for admin-wide listing).
+    pub scope: Scope,
+    /// Further conditions; ANDed with tenant and scope, so it can only narrow.
+    pub filter: Option<Filter>,
+    /// Include memories whose expiration date has passed.
+    pub show_expired: bool,
+    /// The day expiration is judged against (UTC).
+    pub today: NaiveDate,
+}
+
+/// Position after the last row of a page, in the list order (newest first, then id descending).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    /// `created_at` of the last row returned.
+    pub created_at: DateTime<Utc>,
+    /// id of the last row returned.
+    pub id: Uuid,
+}
+
+impl Cursor {
+    /// Returns the opaque token given to callers.
+    pub fn encode(&self) -> String {
+        URL_SAFE_NO_PAD.encode(format!("{}:{}", self.created_at.timestamp_micros(), self.id))
+    }
+
+    /// Parses a token produced by [`Cursor::encode`].
+    ///
+    /// # Errors
+    /// [`Error::Validation`] on field `cursor` for anything else.
+    pub fn decode(token: &str) -> Result<Self> {
+        let invalid = || Error::validation("cursor", "not a cursor returned by this server");
+        let bytes = URL_SAFE_NO_PAD.decode(token.trim()).map_err(|_| invalid())?;
+        let text = String::from_utf8(bytes).map_err(|_| invalid())?;
+        let (micros, id) = text.split_once(':').ok_or_else(invalid)?;
+        let created_at = micros.parse::<i64>().ok().and_then(DateTime::from_timestamp_micros).ok_or_else(invalid)?;
+        let id = Uuid::parse_str(id).map_err(|_| invalid())?;
+        Ok(Self { created_at, id })
+    }
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// The rows, newest first.
+    pub records: Vec<MemoryRecord>,
+    /// Where the next page starts, when there is one.
+    pub next: Option<Cursor>,
+}
+
+/// A memory with its similarity to the query.
+#[derive(Debug, Clone)]
+pub struct ScoredRecord {
+    /// The memory.
+    pub record: MemoryRecord,
+    /// Cosine similarity clipped to [0, 1].
+    pub score: f32,
+}
+
+/// Storage of memories and their embeddings. Every read and write is confined to one tenant; scoped
+/// reads are confined to one scope. Each method is atomic: it applies fully or not at all.
+#[async_trait]
+pub trait VectorStore: Debug + Send + Sync + 'static {
+    /// Checks that stored embeddings have `dimension` dimensions and records it for an empty store.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming both numbers on a mismatch.
+    async fn ensure_dimension(&self, dimension: usize, model_id: &str) -> Result<()>;
+
+    /// Inserts all records, or none.
+    async fn insert(&self, records: &[MemoryRecord]) -> Result<()>;
+
+    /// Returns the memory with `id` in `tenant`, if any.
+    async fn get(&self, tenant: &str, id: Uuid) -> Result<Option<MemoryRecord>>;
+
+    /// Replaces text, hash, metadata, timestamps, expiration and embedding of an existing record
+    /// (scope and tenant never change). Returns false when it no longer exists.
+    async fn update(&self, record: &MemoryRecord) -> Result<bool>;
+
+    /// Deletes the given ids of `tenant`; returns how many existed.
+    async fn delete(&self, tenant: &str, ids: &[Uuid]) -> Result<u64>;
+
+    /// Deletes every memory matching `query` (tenant, scope, filter; expired included) and returns them.
+    async fn delete_matching(&self, query: &ScopedQuery) -> Result<Vec<MemoryRecord>>;
+
+    /// Returns the `limit` memories most similar to `vector` among those matching `query`,
+    /// best first, with similarity at least `threshold`.
+    async fn search(
+        &self,
+        query: &ScopedQuery,
+        vector: &[f32],
+        limit: usize,
+        threshold: f32,
+    ) -> Result<Vec<ScoredRecord>>;
+
+    /// Returns one page of memories matching `query`, newest first (ties by id, descending).
+    async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page>;
+
+    /// Deletes every memory of `tenant`, or of every tenant when `None`.
+    async fn reset(&self, tenant: Option<&str>) -> Result<()>;
+
+    /// Checks the store answers.
+    async fn ping(&self) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursor_round_trips_and_rejects_garbage() {
+        let cursor = Cursor {
+            created_at: DateTime::from_timestamp_micros(1_700_000_000_123_456).expect("time"),
+            id: Uuid::now_v7(),
+        };
+        assert_eq!(Cursor::decode(&cursor.encode()).expect("decode"), cursor);
+        for bad in ["", "abc", "!!!", &URL_SAFE_NO_PAD.encode("12:not-a-uuid")] {
+            assert!(Cursor::decode(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! Server settings: `config/default.toml` compiled in, an optional file, then `MEM0__*` environment
+//! variables; typed, with unknown keys rejected, and validated before anything starts.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use config::{Config, Environment, File, FileFormat};
+use mem0_core::providers::embedder::EmbedderProvider;
+use mem0_core::MemoryConfig;
+use secrecy::SecretString;
+use serde::Deserialize;
+
+/// The defaults, compiled into the binary so it runs with no files.
+pub const DEFAULT_CONFIG: &str = include_str!("../../../config/default.toml");
+
+/// Everything the server is configured with.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Listener and request limits.
+    pub server: ServerSettings,
+    /// Logging.
+    pub log: LogSettings,
+    /// Embedder and stores.
+    pub memory: MemoryConfig,
+}
+
+/// Listener and request limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Address to listen on.
+    pub bind: SocketAddr,
+    /// Largest request body, in bytes.
+    pub body_limit_bytes: usize,
+    /// Per-request timeout, in seconds.
+    pub request_timeout_secs: u64,
+    /// Most requests in flight.
+    pub concurrency_limit: usize,
+    /// Tenant of every memory until authentication is configured.
+    pub default_tenant: String,
+}
+
+/// Logging.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    /// Output format.
+    pub format: LogFormat,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Settings {
+    /// Loads the layered settings: defaults, then `file` if given, then the environment.
+    ///
+    /// # Errors
+    /// A message naming the bad key or value.
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Self> {
+        Self::load_with_env(file, Environment::with_prefix("MEM0").prefix_separator("__").separator("__"), |name| {
+            std::env::var(name).ok()
+        })
+    }
+
+    /// Like [`Settings::load`] with an explicit environment source (for tests).
+    ///
+    /// # Errors
+    /// As [`Settings::load`].
+    pub fn load_with_env(
+        file: Option<&Path>,
+        environment: Environment,
+        plain_env: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Self> {
+        let mut builder = Config::builder().add_source(File::from_str(DEFAULT_CONFIG, FileFormat::Toml));
+        if let Some(path) = file {
+            anyhow::ensure!(path.exists(), "config file {} does not exist", path.display());
+            builder = builder.add_source(File::from(path).format(FileFormat::Toml));
+        }
+        let raw = builder
+            .add_source(environment.try_parsing(true))
+            .build()
+            .map_err(|error| anyhow::anyhow!("cannot read configuration: {error}"))?;
+        let mut settings: Settings =
+            raw.try_deserialize().map_err(|error| anyhow::anyhow!("invalid configuration: {error}"))?;
+        // The variables every OpenAI-compatible tool understands fill what the config leaves unset.
+        let openai = &mut settings.memory.embedder.openai;
+        if openai.api_key.is_none() {
+            openai.api_key = plain_env("OPENAI_API_KEY").filter(|key| !key.is_empty()).map(SecretString::from);
+        }
+        if openai.base_url.is_none() {
+            openai.base_url = plain_env("OPENAI_BASE_URL").filter(|url| !url.is_empty());
+        }
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks values the types cannot.
+    ///
+    /// # Errors
+    /// A message naming the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let server = &self.server;
+        anyhow::ensure!(
+            (1024..=64 * 1024 * 1024).contains(&server.body_limit_bytes),
+            "server.body_limit_bytes must be between 1024 and 67108864, got {}",
+            server.body_limit_bytes
+        );
+        anyhow::ensure!(
+            (1..=3600).contains(&server.request_timeout_secs),
+            "server.request_timeout_secs must be between 1 and 3600, got {}",
+            server.request_timeout_secs
+        );
+        anyhow::ensure!(
+            (1..=100_000).contains(&server.concurrency_limit),
+            "server.concurrency_limit must be between 1 and 100000, got {}",
+            server.concurrency_limit
+        );
+        mem0_core::scope::validate_scope_id("server.default_tenant", &server.default_tenant)
+            .map_err(|error| anyhow::anyhow!("{error}"))?;
+        let embedder = &self.memory.embedder;
+        if embedder.provider == EmbedderProvider::Openai {
+            if let Some(url) = &embedder.openai.base_url {
+                let parsed = url::Url::parse(url).map_err(|error| {
+                    anyhow::anyhow!("memory.embedder.openai.base_url `{url}` is not a URL: {error}")
+                })?;
+                anyhow::ensure!(
+                    matches!(parsed.scheme(), "http" | "https"),
+                    "memory.embedder.openai.base_url must be http or https, got `{url}`"
+                );
+            }
+            anyhow::ensure!(!embedder.openai.model.trim().is_empty(), "memory.embedder.openai.model cannot be empty");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::io::Write as _;
+
+    use secrecy::ExposeSecret;
+
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Environment {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        Environment::with_prefix("MEM0").prefix_separator("__").separator("__").source(Some(map))
+    }
+
+    #[test]
+    fn defaults_load_and_validate() {
+        let settings = Settings::load_with_env(None, env(&[]), |_| None).expect("defaults are valid");
+        assert_eq!(settings.server.bind.to_string(), "127.0.0.1:8000");
+        assert_eq!(settings.memory.embedder.provider, EmbedderProvider::Local);
+    }
+
+    #[test]
+    fn environment_overrides_nested_keys() {
+        let settings = Settings::load_with_env(
+            None,
+            env(&[("MEM0__SERVER__BIND", "0.0.0.0:9000"), ("MEM0__MEMORY__EMBEDDER__PROVIDER", "openai")]),
+            |name| (name == "OPENAI_API_KEY").then(|| "sk-from-env".to_owned()),
+        )
+        .expect("valid");
+        assert_eq!(settings.server.bind.port(), 9000);
+        assert_eq!(settings.memory.embedder.provider, EmbedderProvider::Openai);
+        let key = settings.memory.embedder.openai.api_key.as_ref().expect("key from env");
+        assert_eq!(key.expose_secret(), "sk-from-env");
+        assert!(!format!("{settings:?}").contains("sk-from-env"), "secrets are redacted in Debug");
+    }
+
+    #[test]
+    fn file_layer_and_clear_errors() {
+        let mut file = tempfile::NamedTempFile::new().expect("temp");
+        writeln!(file, "[server]\nrequest_timeout_secs = 0").expect("write");
+        let error = Settings::load_with_env(Some(file.path()), env(&[]), |_| None).expect_err("invalid");
+        assert!(error.to_string().contains("server.request_timeout_secs"), "{error}");
+
+        let mut file = tempfile::NamedTempFile::new().expect("temp");
+        writeln!(file, "[server]\nbindd = \"x\"").expect("write");
+        let error = Settings::load_with_env(Some(file.path()), env(&[]), |_| None).expect_err("unknown key");
+        assert!(error.to_string().contains("bindd"), "{error}");
+
+        let error = Settings::load_with_env(None, env(&[("MEM0__SERVER__BIND", "nonsense")]), |_| None)
+            .expect_err("bad address");
+        assert!(error.to_string().contains("invalid configuration"), "{error}");
+        assert!(Settings::load_with_env(Some(Path::new("/nonexistent.toml")), env(&[]), |_| None).is_err());
+    }
+}

@@ -1,0 +1,289 @@
+//! The HTTP error envelope `{"code", "message", "request_id", "details"?}`, the closed catalogue of
+//! codes, the mapping of every core error to a status, and extractors whose rejections use it.
+
+use std::time::Duration;
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use mem0_core::{Error as CoreError, ProviderErrorKind};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::request_context::current_request_id;
+
+/// Stable, snake_case error codes: the API contract for programmatic handling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// A field of the request is invalid; `details.field` names it.
+    ValidationFailed,
+    /// The body is not valid JSON or does not fit the schema.
+    InvalidJson,
+    /// A query-string parameter is invalid.
+    InvalidQuery,
+    /// A memory id in the path is not a UUID.
+    InvalidMemoryId,
+    /// A filter uses an operator that does not exist; `details.operator` names it.
+    UnsupportedFilterOperator,
+    /// The body is not `application/json`.
+    UnsupportedMediaType,
+    /// The body is larger than the configured limit.
+    PayloadTooLarge,
+    /// No such memory (or not visible to the caller).
+    MemoryNotFound,
+    /// No such route.
+    RouteNotFound,
+    /// The route exists but not with this method.
+    MethodNotAllowed,
+    /// The caller may not do this.
+    Forbidden,
+    /// `infer=true` needs an LLM and none is configured.
+    LlmNotConfigured,
+    /// The provider rejected our credentials.
+    ProviderAuthFailed,
+    /// The provider throttled us.
+    ProviderRateLimited,
+    /// The provider did not answer in time.
+    ProviderTimeout,
+    /// The provider could not be reached.
+    ProviderUnavailable,
+    /// The provider rejected the request.
+    ProviderBadRequest,
+    /// The provider answered with something unusable.
+    ProviderBadResponse,
+    /// A store could not be reached.
+    StoreUnavailable,
+    /// The request took longer than the configured timeout.
+    RequestTimeout,
+    /// Something unexpected failed; the log has the details under the request id.
+    InternalError,
+}
+
+/// The body of every error response.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// Stable machine-readable code.
+    pub code: ErrorCode,
+    /// Human-readable explanation.
+    pub message: String,
+    /// The request id, also in the `X-Request-ID` header.
+    pub request_id: String,
+    /// Structured context, e.g. `{"field": "user_id"}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<serde_json::Value>,
+}
+
+/// An error on its way to becoming a response.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: ErrorCode,
+    message: String,
+    details: Option<serde_json::Value>,
+    retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    /// Builds an error with a status, code and message.
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), details: None, retry_after: None }
+    }
+
+    /// A validation error naming `field`.
+    pub fn validation(field: &str, message: impl std::fmt::Display) -> Self {
+        let mut error =
+            Self::new(StatusCode::BAD_REQUEST, ErrorCode::ValidationFailed, format!("invalid {field}: {message}"));
+        error.details = Some(serde_json::json!({ "field": field }));
+        error
+    }
+
+    /// Returns the status this error answers with.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl From<CoreError> for ApiError {
+    fn from(error: CoreError) -> Self {
+        match error {
+            CoreError::Validation { field, message } => Self::validation(&field, message),
+            CoreError::UnsupportedOperator { operator } => {
+                let mut api = Self::new(
+                    StatusCode::BAD_REQUEST,
+                    ErrorCode::UnsupportedFilterOperator,
+                    format!("unsupported filter operator `{operator}`; use one of eq, ne, gt, gte, lt, lte, in, nin, contains, icontains"),
+                );
+                api.details = Some(serde_json::json!({ "field": "filters", "operator": operator }));
+                api
+            }
+            CoreError::MemoryNotFound { id } => {
+                Self::new(StatusCode::NOT_FOUND, ErrorCode::MemoryNotFound, format!("memory {id} not found"))
+            }
+            CoreError::Forbidden(message) => Self::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, message),
+            CoreError::LlmNotConfigured => {
+                Self::new(StatusCode::BAD_REQUEST, ErrorCode::LlmNotConfigured, CoreError::LlmNotConfigured.to_string())
+            }
+            CoreError::Provider(provider) => {
+                let (status, code) = match provider.kind {
+                    ProviderErrorKind::AuthFailed => (StatusCode::BAD_GATEWAY, ErrorCode::ProviderAuthFailed),
+                    ProviderErrorKind::RateLimited => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ProviderRateLimited),
+                    ProviderErrorKind::Timeout => (StatusCode::GATEWAY_TIMEOUT, ErrorCode::ProviderTimeout),
+                    ProviderErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ProviderUnavailable),
+                    ProviderErrorKind::BadRequest => (StatusCode::BAD_GATEWAY, ErrorCode::ProviderBadRequest),
+                    ProviderErrorKind::BadResponse => (StatusCode::BAD_GATEWAY, ErrorCode::ProviderBadResponse),
+                };
+                tracing::warn!(provider = %provider.provider, kind = provider.kind.code(), error = %provider.message, "provider call failed");
+                let mut api = Self::new(status, code, provider.to_string());
+                api.retry_after = provider
+                    .retry_after
+                    .or((provider.kind == ProviderErrorKind::RateLimited).then_some(Duration::from_secs(1)));
+                api
+            }
+            CoreError::StoreUnavailable(message) => {
+                tracing::error!(error = %message, "store unavailable");
+                let mut api = Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::StoreUnavailable,
+                    "a store is unavailable; try again shortly",
+                );
+                api.retry_after = Some(Duration::from_secs(1));
+                api
+            }
+            CoreError::Config(message) | CoreError::Internal(message) => {
+                tracing::error!(error = %message, "internal error");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    ErrorCode::InternalError,
+                    "internal error; see the server log for this request id",
+                )
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            code: self.code,
+            message: self.message,
+            request_id: current_request_id(),
+            details: self.details,
+        };
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(retry_after) = self.retry_after {
+            let seconds = retry_after.as_secs().max(1).to_string();
+            if let Ok(value) = HeaderValue::from_str(&seconds) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+        }
+        response
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        let status = rejection.status();
+        let code = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedMediaType,
+            _ => ErrorCode::InvalidJson,
+        };
+        let message = match code {
+            ErrorCode::PayloadTooLarge => "request body is larger than the configured limit".to_owned(),
+            ErrorCode::UnsupportedMediaType => "expected a body with content-type application/json".to_owned(),
+            _ => rejection.body_text(),
+        };
+        let status = if code == ErrorCode::InvalidJson { StatusCode::BAD_REQUEST } else { status };
+        Self::new(status, code, message)
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidQuery, rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidMemoryId, rejection.body_text())
+    }
+}
+
+/// `Json` whose rejections use the error envelope.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AppJson<T>(pub T);
+
+impl<T, S> FromRequest<S> for AppJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::Json(value) = axum::Json::<T>::from_request(request, state).await?;
+        Ok(Self(value))
+    }
+}
+
+impl<T: Serialize> IntoResponse for AppJson<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+/// `Query` whose rejections use the error envelope.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AppQuery<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for AppQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Query(value) = axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        Ok(Self(value))
+    }
+}
+
+/// Parses a memory id from the path.
+///
+/// # Errors
+/// 400 `invalid_memory_id` when it is not a UUID.
+pub fn parse_memory_id(raw: &str) -> Result<uuid::Uuid, ApiError> {
+    uuid::Uuid::parse_str(raw).map_err(|_| {
+        let mut error = ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidMemoryId,
+            format!("invalid memory_id `{}`: expected a UUID", raw.chars().take(64).collect::<String>()),
+        );
+        error.details = Some(serde_json::json!({ "field": "memory_id" }));
+        error
+    })
+}
+
+/// `Path` whose rejections use the error envelope.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AppPath<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for AppPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(value) = axum::extract::Path::<T>::from_request_parts(parts, state).await?;
+        Ok(Self(value))
+    }
+}

@@ -1,0 +1,102 @@
+//! mem0-server command line: `serve` (default), `openapi`, `check-config`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use mem0_server::config::{LogFormat, Settings};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(name = "mem0-server", version, about = "Self-hosted long-term memory server for AI agents")]
+struct Cli {
+    /// A TOML file layered over the built-in defaults (environment variables MEM0__* override both).
+    #[arg(long, short, env = "MEM0_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the HTTP server (the default).
+    Serve,
+    /// Print the OpenAPI document.
+    Openapi,
+    /// Load and validate the configuration, print it (secrets redacted) and exit.
+    CheckConfig,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Openapi => {
+            print!("{}", mem0_server::openapi::document_json());
+            Ok(())
+        }
+        Command::CheckConfig => {
+            let settings = Settings::load(cli.config.as_deref())?;
+            println!("{settings:#?}");
+            Ok(())
+        }
+        Command::Serve => serve(cli.config).await,
+    }
+}
+
+async fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
+    let settings = Settings::load(config.as_deref())?;
+    init_tracing(settings.log.format);
+    let bind = settings.server.bind;
+    tracing::info!(
+        embedder = ?settings.memory.embedder.provider,
+        vector_store = ?settings.memory.vector_store.provider,
+        "starting mem0-server"
+    );
+    let state = mem0_server::build_state(settings).await?;
+    tracing::info!(
+        model = state.memory.embedder().model_id(),
+        dimension = state.memory.embedder().dimension(),
+        "embedder ready"
+    );
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|error| anyhow::anyhow!("cannot listen on {bind}: {error}"))?;
+    tracing::info!(address = %bind, docs = %format!("http://{bind}/docs"), "listening");
+    mem0_server::serve(listener, state, shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("mem0_server=info,mem0_core=info,warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Pretty => builder.init(),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for ctrl-c");
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => tracing::error!(%error, "cannot listen for SIGTERM"),
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down: draining in-flight requests");
+}

@@ -1,0 +1,76 @@
+//! Per-request context: the request id (accepted from `X-Request-ID` when sane, otherwise
+//! generated), echoed on every response and available to error bodies; a tracing span with method,
+//! route template and id; the request timeout; one log line per request with status and latency.
+
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tracing::Instrument;
+
+use crate::error::{ApiError, ErrorCode};
+
+/// The request id header.
+pub static REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
+
+tokio::task_local! {
+    static REQUEST_ID: String;
+}
+
+/// Returns the id of the request being handled, or `unknown` outside a request.
+pub fn current_request_id() -> String {
+    REQUEST_ID.try_with(Clone::clone).unwrap_or_else(|_| "unknown".to_owned())
+}
+
+fn incoming_id(request: &Request) -> Option<String> {
+    let value = request.headers().get(&REQUEST_ID_HEADER)?.to_str().ok()?;
+    let sane = !value.is_empty()
+        && value.len() <= 64
+        && value.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.'));
+    sane.then(|| value.to_owned())
+}
+
+/// Middleware: request id, span, timeout and access log.
+pub async fn request_context(State(timeout): State<Duration>, mut request: Request, next: Next) -> Response {
+    let request_id = incoming_id(&request).unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        request.headers_mut().insert(REQUEST_ID_HEADER.clone(), value);
+    }
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let span = tracing::info_span!("request", %method, %route, request_id = %request_id);
+    let started = Instant::now();
+    let id_for_scope = request_id.clone();
+    let mut response = REQUEST_ID
+        .scope(id_for_scope, async move {
+            match tokio::time::timeout(timeout, next.run(request)).await {
+                Ok(response) => response,
+                Err(_) => ApiError::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    ErrorCode::RequestTimeout,
+                    format!("the request took longer than {} s", timeout.as_secs()),
+                )
+                .into_response(),
+            }
+        })
+        .instrument(span.clone())
+        .await;
+    let status = response.status().as_u16();
+    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    span.in_scope(|| {
+        if status >= 500 {
+            tracing::warn!(status, latency_ms, "request failed");
+        } else {
+            tracing::info!(status, latency_ms, "request");
+        }
+    });
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(REQUEST_ID_HEADER.clone(), value);
+    }
+    response
+}

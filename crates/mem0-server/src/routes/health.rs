@@ -1,0 +1,42 @@
+//! `GET /health` (the process answers) and `GET /ready` (the stores answer).
+
+use axum::extract::State;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::{ApiError, AppJson, ErrorBody};
+use crate::state::AppState;
+
+pub(super) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(health)).routes(routes!(ready))
+}
+
+/// Liveness or readiness status.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StatusResponse {
+    /// `ok` or `ready`.
+    pub status: String,
+}
+
+/// Liveness: the process is up
+#[utoipa::path(get, path = "/health", tag = "health", responses((status = 200, description = "Alive", body = StatusResponse)))]
+pub async fn health() -> AppJson<StatusResponse> {
+    AppJson(StatusResponse { status: "ok".to_owned() })
+}
+
+/// Readiness: the vector store and the history volume answer
+#[utoipa::path(
+    get,
+    path = "/ready",
+    tag = "health",
+    responses(
+        (status = 200, description = "Ready", body = StatusResponse),
+        (status = 503, description = "A store is unavailable", body = ErrorBody),
+    )
+)]
+pub async fn ready(State(state): State<AppState>) -> Result<AppJson<StatusResponse>, ApiError> {
+    state.memory.ready().await?;
+    Ok(AppJson(StatusResponse { status: "ready".to_owned() }))
+}

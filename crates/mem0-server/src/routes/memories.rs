@@ -1,0 +1,485 @@
+//! `/memories` routes: add, list, get, update, delete, delete a scope, history.
+
+use axum::extract::State;
+use chrono::{DateTime, NaiveDate, Utc};
+use mem0_core::filter::parse_filter;
+use mem0_core::memory::{AddRequest, ListRequest, UpdateRequest, DEFAULT_PAGE_SIZE};
+use mem0_core::{AddedMemory, Message, Scope};
+use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::{HistoryResponse, MemoryResponse, MessageResponse};
+use crate::error::{parse_memory_id, ApiError, AppJson, AppPath, AppQuery, ErrorBody};
+use crate::state::{AppState, RequestCaller};
+
+pub(super) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(add_memories, list_memories, delete_all_memories))
+        .routes(routes!(get_memory, update_memory, delete_memory))
+        .routes(routes!(memory_history))
+}
+
+/// Text of a message: a string, or a list of content parts of which the text parts are used.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum MessageContent {
+    /// Plain text.
+    Text(String),
+    /// OpenAI-style content parts; `{"type": "text", "text": ...}` parts are joined with spaces.
+    Parts(Vec<ContentPart>),
+}
+
+/// One content part.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct ContentPart {
+    /// Part type; only `text` parts are used.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The text of a `text` part.
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// One conversation message.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct MessageInput {
+    /// `user`, `assistant` or `system`.
+    #[schema(example = "user")]
+    pub role: String,
+    /// The message text; messages with null content are skipped.
+    #[serde(default)]
+    pub content: Option<MessageContent>,
+    /// Speaker name; stored as `actor_id`.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// Body of `POST /memories`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct AddMemoriesRequest {
+    /// The conversation (1 to 100 messages).
+    pub messages: Vec<MessageInput>,
+    /// Owning user (at least one of user_id, agent_id, run_id).
+    #[serde(default)]
+    pub user_id: Option<String>,
+    /// Owning agent.
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    /// Owning run.
+    #[serde(default)]
+    pub run_id: Option<String>,
+    /// Caller metadata stored with each memory; scope and reserved keys are dropped.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Last day the memories are visible (YYYY-MM-DD).
+    #[serde(default)]
+    pub expiration_date: Option<String>,
+    /// Extract facts with the LLM (default true) or store every non-system message verbatim (false).
+    #[serde(default)]
+    pub infer: Option<bool>,
+    /// `procedural_memory` (needs agent_id and an LLM).
+    #[serde(default)]
+    pub memory_type: Option<String>,
+    /// Extraction instructions for this call.
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// When the conversation happened: RFC 3339 or Unix seconds; defaults to now.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, example = "2024-05-01T10:00:00Z")]
+    pub timestamp: Option<serde_json::Value>,
+}
+
+/// Response of `POST /memories`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AddMemoriesResponse {
+    /// The memories created.
+    pub results: Vec<AddedMemoryResponse>,
+}
+
+/// One created memory.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AddedMemoryResponse {
+    /// New memory id.
+    pub id: Uuid,
+    /// Its text.
+    pub memory: String,
+    /// Always `ADD`.
+    #[schema(example = "ADD")]
+    pub event: String,
+    /// Speaker of the source message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor_id: Option<String>,
+    /// Role of the source message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
+impl From<AddedMemory> for AddedMemoryResponse {
+    fn from(added: AddedMemory) -> Self {
+        Self {
+            id: added.id,
+            memory: added.memory,
+            event: added.event.as_str().to_owned(),
+            actor_id: added.actor_id,
+            role: added.role,
+        }
+    }
+}
+
+/// Query of `GET /memories`.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListMemoriesQuery {
+    /// Owning user.
+    pub user_id: Option<String>,
+    /// Owning agent.
+    pub agent_id: Option<String>,
+    /// Owning run.
+    pub run_id: Option<String>,
+    /// Rows per page, 1 to 1000 (default 100).
+    pub page_size: Option<usize>,
+    /// Alias of page_size, for Mem0 clients.
+    pub top_k: Option<usize>,
+    /// The `next` token of the previous page.
+    pub cursor: Option<String>,
+    /// Include expired memories (default false).
+    pub show_expired: Option<bool>,
+    /// A filter object (JSON-encoded), as in search.
+    pub filters: Option<String>,
+}
+
+/// One page of memories.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ListMemoriesResponse {
+    /// Memories, newest first (ties by id).
+    pub results: Vec<MemoryResponse>,
+    /// Token for the next page (`cursor`), `null` on the last page.
+    pub next: Option<String>,
+}
+
+/// Query naming a scope.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ScopeQuery {
+    /// Owning user.
+    pub user_id: Option<String>,
+    /// Owning agent.
+    pub agent_id: Option<String>,
+    /// Owning run.
+    pub run_id: Option<String>,
+}
+
+/// Response of `DELETE /memories`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DeleteAllResponse {
+    /// What happened.
+    pub message: String,
+    /// How many memories were deleted.
+    pub deleted: usize,
+}
+
+/// Body of `PUT /memories/{memory_id}`; at least one field.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+pub struct UpdateMemoryRequest {
+    /// New text (re-embedded).
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Keys merged into the metadata.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// New expiration date (YYYY-MM-DD), or `null` to clear it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub expiration_date: Option<Option<String>>,
+}
+
+/// Response of `PUT /memories/{memory_id}`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct UpdateMemoryResponse {
+    /// What happened.
+    pub message: String,
+    /// The memory after the change.
+    pub result: MemoryResponse,
+}
+
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(deserializer).map(Some)
+}
+
+fn parse_date(field: &str, raw: &str) -> Result<NaiveDate, ApiError> {
+    let raw = raw.trim();
+    NaiveDate::parse_from_str(raw, "%Y-%m-%d")
+        .or_else(|_| DateTime::parse_from_rfc3339(raw).map(|time| time.with_timezone(&Utc).date_naive()))
+        .map_err(|_| ApiError::validation(field, "expected a date in YYYY-MM-DD format"))
+}
+
+fn parse_timestamp(value: &serde_json::Value) -> Result<DateTime<Utc>, ApiError> {
+    let parsed = match value {
+        serde_json::Value::Number(number) => {
+            number.as_f64().and_then(|seconds| DateTime::from_timestamp_micros((seconds * 1_000_000.0) as i64))
+        }
+        serde_json::Value::String(text) => {
+            DateTime::parse_from_rfc3339(text.trim()).ok().map(|time| time.with_timezone(&Utc))
+        }
+        _ => None,
+    };
+    let time = parsed.ok_or_else(|| ApiError::validation("timestamp", "expected RFC 3339 or Unix seconds"))?;
+    if time > Utc::now() + chrono::Duration::days(1) {
+        return Err(ApiError::validation("timestamp", "cannot be in the future"));
+    }
+    Ok(time)
+}
+
+fn scope_from(user_id: Option<&str>, agent_id: Option<&str>, run_id: Option<&str>) -> Result<Scope, ApiError> {
+    Ok(Scope::optional(user_id, agent_id, run_id)?)
+}
+
+fn message_text(content: MessageContent) -> String {
+    match content {
+        MessageContent::Text(text) => text,
+        MessageContent::Parts(parts) => parts
+            .into_iter()
+            .filter(|part| part.kind == "text")
+            .filter_map(|part| part.text)
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
+/// Add memories from a conversation
+///
+/// With `infer=false` every non-system message is stored verbatim; with `infer=true` (the default)
+/// an LLM extracts facts (needs an LLM to be configured).
+#[utoipa::path(
+    post,
+    path = "/memories",
+    tag = "memories",
+    request_body = AddMemoriesRequest,
+    responses(
+        (status = 200, description = "Memories created", body = AddMemoriesResponse),
+        (status = 400, description = "Invalid input or no LLM configured for infer=true", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 502, description = "Embedding provider failed", body = ErrorBody),
+        (status = 503, description = "Store or provider unavailable", body = ErrorBody),
+        (status = 504, description = "Provider or request timed out", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn add_memories(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+    AppJson(body): AppJson<AddMemoriesRequest>,
+) -> Result<AppJson<AddMemoriesResponse>, ApiError> {
+    let scope = scope_from(body.user_id.as_deref(), body.agent_id.as_deref(), body.run_id.as_deref())?;
+    let expiration_date = body.expiration_date.as_deref().map(|raw| parse_date("expiration_date", raw)).transpose()?;
+    let timestamp = body.timestamp.as_ref().map(parse_timestamp).transpose()?;
+    let messages = body
+        .messages
+        .into_iter()
+        .filter_map(|message| {
+            message.content.map(|content| Message {
+                role: message.role,
+                content: message_text(content),
+                name: message.name,
+            })
+        })
+        .collect();
+    let request = AddRequest {
+        scope,
+        messages,
+        metadata: body.metadata.unwrap_or_default(),
+        expiration_date,
+        infer: body.infer.unwrap_or(true),
+        memory_type: body.memory_type,
+        prompt: body.prompt,
+        timestamp,
+    };
+    let added = state.memory.add(&caller, request).await?;
+    Ok(AppJson(AddMemoriesResponse { results: added.into_iter().map(AddedMemoryResponse::from).collect() }))
+}
+
+/// List memories of a scope, newest first, paginated
+///
+/// Without user_id, agent_id or run_id this lists the whole tenant (admin only).
+#[utoipa::path(
+    get,
+    path = "/memories",
+    tag = "memories",
+    params(ListMemoriesQuery),
+    responses(
+        (status = 200, description = "One page", body = ListMemoriesResponse),
+        (status = 400, description = "Invalid query, filter or cursor", body = ErrorBody),
+        (status = 403, description = "Listing everything needs the admin role", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn list_memories(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+    AppQuery(query): AppQuery<ListMemoriesQuery>,
+) -> Result<AppJson<ListMemoriesResponse>, ApiError> {
+    let scope = scope_from(query.user_id.as_deref(), query.agent_id.as_deref(), query.run_id.as_deref())?;
+    let filter = match query.filters.as_deref() {
+        Some(raw) => {
+            let value: serde_json::Value = serde_json::from_str(raw)
+                .map_err(|error| ApiError::validation("filters", format!("not valid JSON: {error}")))?;
+            Some(parse_filter(&value)?)
+        }
+        None => None,
+    };
+    let page = state
+        .memory
+        .list(
+            &caller,
+            ListRequest {
+                scope,
+                filter,
+                page_size: query.page_size.or(query.top_k).unwrap_or(DEFAULT_PAGE_SIZE),
+                cursor: query.cursor,
+                show_expired: query.show_expired.unwrap_or(false),
+            },
+        )
+        .await?;
+    Ok(AppJson(ListMemoriesResponse {
+        results: page.items.into_iter().map(MemoryResponse::from).collect(),
+        next: page.next,
+    }))
+}
+
+/// Delete every memory of a scope
+///
+/// Deletes exactly the memories whose ids match every id given; other scopes are untouched.
+#[utoipa::path(
+    delete,
+    path = "/memories",
+    tag = "memories",
+    params(ScopeQuery),
+    responses(
+        (status = 200, description = "Deleted", body = DeleteAllResponse),
+        (status = 400, description = "No scope id given, or an invalid one", body = ErrorBody),
+        (status = 403, description = "Needs the admin role", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn delete_all_memories(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+    AppQuery(query): AppQuery<ScopeQuery>,
+) -> Result<AppJson<DeleteAllResponse>, ApiError> {
+    let scope = scope_from(query.user_id.as_deref(), query.agent_id.as_deref(), query.run_id.as_deref())?;
+    let deleted = state.memory.delete_all(&caller, scope).await?;
+    Ok(AppJson(DeleteAllResponse { message: "All relevant memories deleted".to_owned(), deleted }))
+}
+
+/// Get one memory
+#[utoipa::path(
+    get,
+    path = "/memories/{memory_id}",
+    tag = "memories",
+    params(("memory_id" = String, Path, description = "Memory id (UUID)")),
+    responses(
+        (status = 200, description = "The memory", body = MemoryResponse),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 404, description = "No such memory", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn get_memory(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+    AppPath(memory_id): AppPath<String>,
+) -> Result<AppJson<MemoryResponse>, ApiError> {
+    let id = parse_memory_id(&memory_id)?;
+    Ok(AppJson(state.memory.get(&caller, id).await?.into()))
+}
+
+/// Update a memory's text, metadata (merged) or expiration
+#[utoipa::path(
+    put,
+    path = "/memories/{memory_id}",
+    tag = "memories",
+    params(("memory_id" = String, Path, description = "Memory id (UUID)")),
+    request_body = UpdateMemoryRequest,
+    responses(
+        (status = 200, description = "Updated", body = UpdateMemoryResponse),
+        (status = 400, description = "Invalid input or malformed id", body = ErrorBody),
+        (status = 404, description = "No such memory", body = ErrorBody),
+        (status = 502, description = "Embedding provider failed", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn update_memory(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+    AppPath(memory_id): AppPath<String>,
+    AppJson(body): AppJson<UpdateMemoryRequest>,
+) -> Result<AppJson<UpdateMemoryResponse>, ApiError> {
+    let id = parse_memory_id(&memory_id)?;
+    let expiration_date = match body.expiration_date {
+        None => None,
+        Some(None) => Some(None),
+        Some(Some(raw)) => Some(Some(parse_date("expiration_date", &raw)?)),
+    };
+    let request = UpdateRequest { text: body.text, metadata: body.metadata, expiration_date };
+    let updated = state.memory.update(&caller, id, request).await?;
+    Ok(AppJson(UpdateMemoryResponse { message: "Memory updated successfully!".to_owned(), result: updated.into() }))
+}
+
+/// Delete one memory
+#[utoipa::path(
+    delete,
+    path = "/memories/{memory_id}",
+    tag = "memories",
+    params(("memory_id" = String, Path, description = "Memory id (UUID)")),
+    responses(
+        (status = 200, description = "Deleted", body = MessageResponse),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 404, description = "No such memory", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn delete_memory(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+    AppPath(memory_id): AppPath<String>,
+) -> Result<AppJson<MessageResponse>, ApiError> {
+    let id = parse_memory_id(&memory_id)?;
+    state.memory.delete(&caller, id).await?;
+    Ok(AppJson(MessageResponse { message: "Memory deleted successfully".to_owned() }))
+}
+
+/// History of a memory, oldest first
+///
+/// Still available after the memory is deleted.
+#[utoipa::path(
+    get,
+    path = "/memories/{memory_id}/history",
+    tag = "memories",
+    params(("memory_id" = String, Path, description = "Memory id (UUID)")),
+    responses(
+        (status = 200, description = "Changes, oldest first", body = Vec<HistoryResponse>),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 404, description = "No such memory", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn memory_history(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+    AppPath(memory_id): AppPath<String>,
+) -> Result<AppJson<Vec<HistoryResponse>>, ApiError> {
+    let id = parse_memory_id(&memory_id)?;
+    let entries = state.memory.history(&caller, id).await?;
+    Ok(AppJson(entries.into_iter().map(HistoryResponse::from).collect()))
+}

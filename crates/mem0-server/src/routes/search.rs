@@ -1,0 +1,97 @@
+//! `POST /search`: semantic search within a scope.
+
+use axum::extract::State;
+use mem0_core::filter::parse_filters;
+use mem0_core::memory::{SearchRequest as CoreSearchRequest, DEFAULT_THRESHOLD, DEFAULT_TOP_K};
+use mem0_core::Scope;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::MemoryResponse;
+use crate::error::{ApiError, AppJson, ErrorBody};
+use crate::state::{AppState, RequestCaller};
+
+pub(super) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(search_memories))
+}
+
+/// Body of `POST /search`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct SearchRequest {
+    /// What to look for.
+    #[schema(example = "what food should the user avoid?")]
+    pub query: String,
+    /// Scope ids (`user_id`, `agent_id`, `run_id`; at least one, here or at the top level) and
+    /// conditions: `{"key": value}`, `{"key": {"eq|ne|gt|gte|lt|lte|in|nin|contains|icontains": v}}`,
+    /// `{"key": "*"}` and `AND`/`OR`/`NOT` lists, nested to any depth.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>, example = json!({"user_id": "alice", "AND": [{"topic": "food"}, {"priority": {"gte": 2}}]}))]
+    pub filters: Option<serde_json::Value>,
+    /// Owning user (older clients send it here; it overrides the same key in `filters`).
+    #[serde(default)]
+    pub user_id: Option<String>,
+    /// Owning agent.
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    /// Owning run.
+    #[serde(default)]
+    pub run_id: Option<String>,
+    /// Most results, 1 to 1000 (default 20).
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// Lowest similarity returned, 0 to 1 (default 0.1).
+    #[serde(default)]
+    pub threshold: Option<f32>,
+    /// Include expired memories (default false).
+    #[serde(default)]
+    pub show_expired: Option<bool>,
+}
+
+/// Results of a search.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SearchResponse {
+    /// Best first, each with its `score`.
+    pub results: Vec<MemoryResponse>,
+}
+
+/// Search the memories of a scope by meaning
+#[utoipa::path(
+    post,
+    path = "/search",
+    tag = "search",
+    request_body = SearchRequest,
+    responses(
+        (status = 200, description = "Results, best first", body = SearchResponse),
+        (status = 400, description = "Invalid query, scope, filter, top_k or threshold", body = ErrorBody),
+        (status = 502, description = "Embedding provider failed", body = ErrorBody),
+        (status = 503, description = "Store or provider unavailable", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn search_memories(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+    AppJson(body): AppJson<SearchRequest>,
+) -> Result<AppJson<SearchResponse>, ApiError> {
+    let (filter_scope, filter) = match &body.filters {
+        Some(value) => parse_filters(value)?,
+        None => Default::default(),
+    };
+    let scope = Scope::optional(
+        body.user_id.as_deref().or(filter_scope.user_id.as_deref()),
+        body.agent_id.as_deref().or(filter_scope.agent_id.as_deref()),
+        body.run_id.as_deref().or(filter_scope.run_id.as_deref()),
+    )?;
+    let request = CoreSearchRequest {
+        scope,
+        filter,
+        query: body.query,
+        top_k: body.top_k.unwrap_or(DEFAULT_TOP_K),
+        threshold: body.threshold.unwrap_or(DEFAULT_THRESHOLD),
+        show_expired: body.show_expired.unwrap_or(false),
+    };
+    let results = state.memory.search(&caller, request).await?;
+    Ok(AppJson(SearchResponse { results: results.into_iter().map(MemoryResponse::from).collect() }))
+}
