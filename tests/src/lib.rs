@@ -1,1 +1,204 @@
-//! placeholder
+//! Test harness: starts the real server on 127.0.0.1 (port 0) with real SQLite stores in a
+//! temporary directory and the real local embedder (shared by all tests of a binary), or an
+//! OpenAI-compatible embedder pointed at a wiremock fake.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use mem0_core::history::HistoryStore;
+use mem0_core::providers::embedder::{Embedder, LocalEmbedder};
+use mem0_core::store::SqliteStore;
+use mem0_core::Memory;
+use mem0_server::config::Settings;
+use mem0_server::state::AppState;
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+/// Directory of the local model, fetched by `scripts/fetch-model.sh`.
+pub fn model_dir() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../models/all-MiniLM-L6-v2"))
+}
+
+static LOCAL_EMBEDDER: OnceCell<Arc<LocalEmbedder>> = OnceCell::const_new();
+
+/// Returns the local embedder, loaded once per test binary.
+///
+/// # Panics
+/// When the model is missing (run `scripts/fetch-model.sh`).
+pub async fn local_embedder() -> Arc<dyn Embedder> {
+    let embedder = LOCAL_EMBEDDER
+        .get_or_init(|| async {
+            let dir = model_dir();
+            let loaded = tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir))
+                .await
+                .expect("model loading task")
+                .unwrap_or_else(|error| panic!("{error} (run scripts/fetch-model.sh)"));
+            Arc::new(loaded)
+        })
+        .await;
+    Arc::clone(embedder) as Arc<dyn Embedder>
+}
+
+/// Default settings for tests (the built-in defaults, no environment).
+pub fn test_settings() -> Settings {
+    let environment = config::Environment::with_prefix("MEM0_TEST_UNUSED").source(Some(Default::default()));
+    Settings::load_with_env(None, environment, |_| None).expect("default settings")
+}
+
+/// A running server and what a test needs to talk to it.
+pub struct TestServer {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// HTTP client.
+    pub client: reqwest::Client,
+    /// Where the SQLite files live.
+    pub data_dir: PathBuf,
+    _dir: tempfile::TempDir,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+impl TestServer {
+    /// Starts a server with the local embedder and default settings.
+    pub async fn start() -> Self {
+        Self::start_with(test_settings(), local_embedder().await).await
+    }
+
+    /// Starts a server with `settings` (store paths are replaced by a temp dir) and `embedder`.
+    pub async fn start_with(settings: Settings, embedder: Arc<dyn Embedder>) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data_dir = dir.path().to_path_buf();
+        let store = SqliteStore::open(&data_dir.join("memories.db")).await.expect("open store");
+        let history = HistoryStore::open(&data_dir.join("history.db")).await.expect("open history");
+        let memory = Memory::new(Arc::new(store), history, embedder).await.expect("memory service");
+        let state = AppState { memory: Arc::new(memory), settings: Arc::new(settings) };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("address"));
+        let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = mem0_server::serve(listener, state, async {
+                let _ = stopped.await;
+            })
+            .await;
+        });
+        Self { base, client: reqwest::Client::new(), data_dir, _dir: dir, shutdown: Some(shutdown) }
+    }
+
+    /// Sends a request and returns status, headers and JSON body (`Value::Null` when not JSON).
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Reply {
+        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        Reply::read(request.send().await.expect("request")).await
+    }
+
+    /// `GET path`.
+    pub async fn get(&self, path: &str) -> Reply {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    /// `POST path` with a JSON body.
+    pub async fn post(&self, path: &str, body: Value) -> Reply {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// `PUT path` with a JSON body.
+    pub async fn put(&self, path: &str, body: Value) -> Reply {
+        self.call(reqwest::Method::PUT, path, Some(body)).await
+    }
+
+    /// `DELETE path`.
+    pub async fn delete(&self, path: &str) -> Reply {
+        self.call(reqwest::Method::DELETE, path, None).await
+    }
+
+    /// Adds verbatim messages (`infer=false`) of `user_id` and returns the created ids.
+    pub async fn add_texts(&self, user_id: &str, texts: &[&str], metadata: Value) -> Vec<String> {
+        let messages: Vec<Value> =
+            texts.iter().map(|text| serde_json::json!({"role": "user", "content": text})).collect();
+        let reply = self
+            .post(
+                "/memories",
+                serde_json::json!({"messages": messages, "user_id": user_id, "infer": false, "metadata": metadata}),
+            )
+            .await;
+        assert_eq!(reply.status, 200, "add failed: {}", reply.body);
+        reply.body["results"]
+            .as_array()
+            .expect("results")
+            .iter()
+            .map(|item| item["id"].as_str().expect("id").to_owned())
+            .collect()
+    }
+
+    /// Returns the memory texts of a search, best first.
+    pub async fn search_texts(&self, body: Value) -> Vec<String> {
+        let reply = self.post("/search", body).await;
+        assert_eq!(reply.status, 200, "search failed: {}", reply.body);
+        texts(&reply.body["results"])
+    }
+
+    /// Returns the memory texts of a listing (first page).
+    pub async fn list_texts(&self, query: &str) -> Vec<String> {
+        let reply = self.get(&format!("/memories?{query}")).await;
+        assert_eq!(reply.status, 200, "list failed: {}", reply.body);
+        texts(&reply.body["results"])
+    }
+}
+
+/// The `memory` fields of a JSON array of memories.
+pub fn texts(results: &Value) -> Vec<String> {
+    results
+        .as_array()
+        .expect("results array")
+        .iter()
+        .map(|item| item["memory"].as_str().expect("memory text").to_owned())
+        .collect()
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Response headers.
+    pub headers: reqwest::header::HeaderMap,
+    /// Parsed JSON body, or `Value::Null`.
+    pub body: Value,
+}
+
+impl Reply {
+    /// Reads a response sent with the raw client.
+    pub async fn read_public(response: reqwest::Response) -> Self {
+        Self::read(response).await
+    }
+
+    async fn read(response: reqwest::Response) -> Self {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.expect("body");
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Self { status, headers, body }
+    }
+
+    /// Asserts an error envelope with `status` and `code`, and returns its message.
+    pub fn assert_error(&self, status: u16, code: &str) -> String {
+        assert_eq!(self.status, status, "unexpected status; body: {}", self.body);
+        assert_eq!(self.body["code"], code, "unexpected code; body: {}", self.body);
+        let request_id = self.body["request_id"].as_str().expect("request_id in body");
+        assert_eq!(
+            self.headers.get("x-request-id").and_then(|value| value.to_str().ok()),
+            Some(request_id),
+            "body and header carry the same request id"
+        );
+        self.body["message"].as_str().expect("message").to_owned()
+    }
+}

@@ -48,11 +48,18 @@ pub enum VectorStoreProvider {
 pub struct SqliteStoreConfig {
     /// Path of the database file.
     pub path: PathBuf,
+    /// Most embeddings kept in memory for search (each costs 4 bytes a dimension).
+    #[serde(default = "default_vector_cache_entries")]
+    pub vector_cache_entries: usize,
+}
+
+fn default_vector_cache_entries() -> usize {
+    crate::store::DEFAULT_VECTOR_CACHE_ENTRIES
 }
 
 impl Default for SqliteStoreConfig {
     fn default() -> Self {
-        Self { path: "data/memories.db".into() }
+        Self { path: "data/memories.db".into(), vector_cache_entries: default_vector_cache_entries() }
     }
 }
 
@@ -72,7 +79,10 @@ impl Memory {
     pub async fn from_config(config: &MemoryConfig) -> Result<Self> {
         let embedder = build_embedder(&config.embedder).await?;
         let store: Arc<dyn VectorStore> = match config.vector_store.provider {
-            VectorStoreProvider::Sqlite => Arc::new(SqliteStore::open(&config.vector_store.sqlite.path).await?),
+            VectorStoreProvider::Sqlite => {
+                let sqlite = &config.vector_store.sqlite;
+                Arc::new(SqliteStore::open_with_cache(&sqlite.path, sqlite.vector_cache_entries).await?)
+            }
         };
         let history = HistoryStore::open(&config.history.path).await?;
         Memory::new(store, history, embedder).await

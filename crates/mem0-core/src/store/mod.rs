@@ -11,7 +11,7 @@ use base64::Engine as _;
 use chrono::{DateTime, NaiveDate, Utc};
 use uuid::Uuid;
 
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, DEFAULT_VECTOR_CACHE_ENTRIES};
 
 use crate::error::{Error, Result};
 use crate::filter::Filter;

@@ -1,11 +1,18 @@
 //! The embedded vector store: one SQLite file (WAL) with typed, indexed columns for tenant, scope ids
 //! and timestamps, metadata as JSON, embeddings as little-endian f32 blobs, and exact cosine search
 //! over the scope-filtered rows.
+//!
+//! Search asks SQLite for the ids that pass tenant, scope, expiration and filter in one aggregate
+//! row, and scores them against embeddings held in a bounded in-process cache (filled from the
+//! blobs on first use, kept current by this store's own writes). Reading every blob row by row on
+//! each query costs ~6 µs a row through the driver, ten times the cosine arithmetic. The cache
+//! assumes this process is the only writer of the file, which is how the embedded store is used.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -43,10 +50,10 @@ create table if not exists memories (
     memory_type text,
     embedding blob not null
 );
-create index if not exists memories_user on memories (tenant, user_id, created_at desc, id desc);
-create index if not exists memories_agent on memories (tenant, agent_id, created_at desc, id desc);
-create index if not exists memories_run on memories (tenant, run_id, created_at desc, id desc);
-create index if not exists memories_created on memories (tenant, created_at desc, id desc);
+create index if not exists memories_user on memories (tenant, user_id, created_at desc, id desc, expiration_date);
+create index if not exists memories_agent on memories (tenant, agent_id, created_at desc, id desc, expiration_date);
+create index if not exists memories_run on memories (tenant, run_id, created_at desc, id desc, expiration_date);
+create index if not exists memories_created on memories (tenant, created_at desc, id desc, expiration_date);
 create index if not exists memories_hash on memories (tenant, hash);
 create table if not exists memories_entities (
     id text primary key,
@@ -65,18 +72,91 @@ create index if not exists memories_entities_scope on memories_entities (tenant,
 const COLUMNS: &str = "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
                        expiration_date, attributed_to, role, actor_id, memory_type, embedding";
 
+/// Default number of embeddings kept in memory (about 150 MB at 384 dimensions).
+pub const DEFAULT_VECTOR_CACHE_ENTRIES: usize = 100_000;
+
+/// Most ids fetched in one `in (...)` list.
+const FETCH_CHUNK: usize = 500;
+
+/// An embedding shared between the cache and a running search.
+type SharedVector = (Uuid, Arc<[f32]>);
+
+/// Embeddings by memory id; bounded, never a source of truth.
+#[derive(Debug, Default)]
+struct VectorCache {
+    vectors: RwLock<HashMap<Uuid, Arc<[f32]>>>,
+    capacity: usize,
+}
+
+impl VectorCache {
+    fn get_many(&self, ids: &[Uuid]) -> (Vec<SharedVector>, Vec<Uuid>) {
+        let vectors = self.vectors.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut found = Vec::with_capacity(ids.len());
+        let mut missing = Vec::new();
+        for id in ids {
+            match vectors.get(id) {
+                Some(vector) => found.push((*id, Arc::clone(vector))),
+                None => missing.push(*id),
+            }
+        }
+        (found, missing)
+    }
+
+    /// Stores vectors read from the database, never replacing a newer one written meanwhile.
+    fn fill(&self, loaded: &[SharedVector]) {
+        let mut vectors = self.vectors.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (id, vector) in loaded {
+            if vectors.len() >= self.capacity {
+                break;
+            }
+            vectors.entry(*id).or_insert_with(|| Arc::clone(vector));
+        }
+    }
+
+    /// Records vectors this store has just written.
+    fn put(&self, records: &[MemoryRecord]) {
+        let mut vectors = self.vectors.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for record in records {
+            if vectors.len() < self.capacity || vectors.contains_key(&record.id) {
+                vectors.insert(record.id, Arc::from(record.embedding.as_slice()));
+            }
+        }
+    }
+
+    fn remove(&self, ids: impl IntoIterator<Item = Uuid>) {
+        let mut vectors = self.vectors.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for id in ids {
+            vectors.remove(&id);
+        }
+    }
+
+    fn clear(&self) {
+        self.vectors.write().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+    }
+}
+
 /// The embedded [`VectorStore`] on one SQLite file.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    cache: Arc<VectorCache>,
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path` and applies the schema.
+    /// Opens (creating if needed) the database at `path` with the default vector cache size.
     ///
     /// # Errors
     /// [`Error::StoreUnavailable`] when the file cannot be opened or created.
     pub async fn open(path: &Path) -> Result<Self> {
+        Self::open_with_cache(path, DEFAULT_VECTOR_CACHE_ENTRIES).await
+    }
+
+    /// Opens (creating if needed) the database at `path`, keeping at most `cache_entries`
+    /// embeddings in memory for search.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`] when the file cannot be opened or created.
+    pub async fn open_with_cache(path: &Path, cache_entries: usize) -> Result<Self> {
         if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|error| {
                 Error::StoreUnavailable(format!("cannot create directory {}: {error}", parent.display()))
@@ -94,7 +174,33 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         sqlx::raw_sql(SCHEMA).execute(&pool).await?;
-        Ok(Self { pool })
+        let cache = Arc::new(VectorCache { vectors: RwLock::default(), capacity: cache_entries });
+        Ok(Self { pool, cache })
+    }
+
+    /// Returns the embeddings of `ids`, from the cache or else from the database.
+    /// (`+tenant` in the id-list queries keeps SQLite's planner on the primary key: with a plain
+    /// `tenant = ?` it walks the tenant's whole index instead, 25 ms at 10k rows.)
+    async fn vectors(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<SharedVector>> {
+        let (mut found, missing) = self.cache.get_many(ids);
+        for chunk in missing.chunks(FETCH_CHUNK) {
+            let placeholders = vec!["?"; chunk.len()].join(", ");
+            let statement = format!("select id, embedding from memories where +tenant = ? and id in ({placeholders})");
+            let mut fetch = sqlx::query(&statement).bind(tenant);
+            for id in chunk {
+                fetch = fetch.bind(id.to_string());
+            }
+            let mut loaded = Vec::with_capacity(chunk.len());
+            for row in fetch.fetch_all(&self.pool).await? {
+                let id: String = row.try_get("id")?;
+                let bytes: &[u8] = row.try_get("embedding")?;
+                let id = Uuid::parse_str(&id).map_err(|error| Error::Internal(format!("stored id {id}: {error}")))?;
+                loaded.push((id, Arc::from(decode_embedding(bytes))));
+            }
+            self.cache.fill(&loaded);
+            found.extend(loaded);
+        }
+        Ok(found)
     }
 }
 
@@ -249,6 +355,7 @@ impl VectorStore for SqliteStore {
             insert_one(&mut transaction, record).await?;
         }
         transaction.commit().await?;
+        self.cache.put(records);
         Ok(())
     }
 
@@ -278,7 +385,11 @@ impl VectorStore for SqliteStore {
         .bind(record.id.to_string())
         .execute(&self.pool)
         .await?;
-        Ok(result.rows_affected() == 1)
+        let updated = result.rows_affected() == 1;
+        if updated {
+            self.cache.put(std::slice::from_ref(record));
+        }
+        Ok(updated)
     }
 
     async fn delete(&self, tenant: &str, ids: &[Uuid]) -> Result<u64> {
@@ -293,6 +404,7 @@ impl VectorStore for SqliteStore {
                 .rows_affected();
         }
         transaction.commit().await?;
+        self.cache.remove(ids.iter().copied());
         Ok(deleted)
     }
 
@@ -304,6 +416,7 @@ impl VectorStore for SqliteStore {
         let rows = bind_all(sqlx::query(&statement), &binds).fetch_all(&mut *transaction).await?;
         let records = rows.iter().map(row_to_record).collect::<Result<Vec<_>>>()?;
         transaction.commit().await?;
+        self.cache.remove(records.iter().map(|record| record.id));
         Ok(records)
     }
 
@@ -318,25 +431,27 @@ impl VectorStore for SqliteStore {
             return Ok(Vec::new());
         }
         let Clause { sql, binds } = where_clause(query);
-        let statement = format!("select id, embedding from memories where {sql}");
-        let rows = bind_all(sqlx::query(&statement), &binds).fetch_all(&self.pool).await?;
+        // One row holding every matching id: the driver's per-row cost is paid once.
+        let statement = format!("select coalesce(json_group_array(id), '[]') from memories where {sql}");
+        let ids_json: String = bind_all(sqlx::query(&statement), &binds).fetch_one(&self.pool).await?.try_get(0)?;
+        let ids: Vec<Uuid> = serde_json::from_str::<Vec<String>>(&ids_json)
+            .map_err(|error| Error::Internal(format!("id list: {error}")))?
+            .iter()
+            .filter_map(|id| Uuid::parse_str(id).ok())
+            .collect();
+        let vectors = self.vectors(&query.tenant, &ids).await?;
         let mut heap = BinaryHeap::with_capacity(limit + 1);
-        for row in &rows {
-            let bytes: &[u8] = row.try_get("embedding")?;
-            if bytes.len() != vector.len() * 4 {
+        for (id, stored) in &vectors {
+            if stored.len() != vector.len() {
                 continue;
             }
-            let dot: f32 = bytes
-                .chunks_exact(4)
-                .zip(vector)
-                .map(|(chunk, query)| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]) * query)
-                .sum();
+            let dot: f32 = stored.iter().zip(vector).map(|(a, b)| a * b).sum();
             // Vectors are unit length, so the dot product is the cosine; clip to [0, 1] like Mem0.
             let score = dot.clamp(0.0, 1.0);
             if score < threshold {
                 continue;
             }
-            heap.push(Candidate { score, id: row.try_get("id")? });
+            heap.push(Candidate { score, id: id.to_string() });
             if heap.len() > limit {
                 heap.pop();
             }
@@ -346,7 +461,7 @@ impl VectorStore for SqliteStore {
             return Ok(Vec::new());
         }
         let placeholders = vec!["?"; best.len()].join(", ");
-        let statement = format!("select {COLUMNS} from memories where tenant = ? and id in ({placeholders})");
+        let statement = format!("select {COLUMNS} from memories where +tenant = ? and id in ({placeholders})");
         let mut fetch = sqlx::query(&statement).bind(&query.tenant);
         for candidate in &best {
             fetch = fetch.bind(candidate.id.as_str());
@@ -403,6 +518,8 @@ impl VectorStore for SqliteStore {
             }
         }
         transaction.commit().await?;
+        // Other tenants' entries stay valid, but a reset is rare: start afresh.
+        self.cache.clear();
         Ok(())
     }
 

@@ -1,0 +1,196 @@
+//! One conformance suite for every `VectorStore`: the same inputs must give the same results for
+//! tenancy, scopes, filters, ordering, pagination, expiration, search and the dimension check.
+//! Each store gets the suite through `conformance_suite!`; the embedded SQLite store runs here.
+
+use std::collections::HashSet;
+
+use chrono::{Duration, NaiveDate, TimeZone, Utc};
+use mem0_core::filter::parse_filter;
+use mem0_core::scope::Scope;
+use mem0_core::store::{ScopedQuery, SqliteStore, VectorStore};
+use mem0_core::types::{memory_hash, MemoryRecord, Metadata};
+use mem0_core::Error;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+const DIM: usize = 4;
+
+fn unit(values: [f32; DIM]) -> Vec<f32> {
+    let norm = values.iter().map(|v| v * v).sum::<f32>().sqrt();
+    values.iter().map(|v| v / norm).collect()
+}
+
+fn record(tenant: &str, user: &str, text: &str, embedding: Vec<f32>, metadata: Value, minutes: i64) -> MemoryRecord {
+    let Value::Object(metadata) = metadata else { panic!("metadata must be an object") };
+    let at = Utc.with_ymd_and_hms(2025, 1, 1, 0, 0, 0).single().expect("time") + Duration::minutes(minutes);
+    MemoryRecord {
+        id: Uuid::now_v7(),
+        tenant: tenant.to_owned(),
+        scope: Scope::new(Some(user), None, None).expect("scope"),
+        memory: text.to_owned(),
+        hash: memory_hash(text),
+        metadata: Metadata::from_iter(metadata),
+        created_at: at,
+        updated_at: at,
+        expiration_date: None,
+        attributed_to: None,
+        role: Some("user".to_owned()),
+        actor_id: None,
+        memory_type: None,
+        embedding,
+    }
+}
+
+fn query(tenant: &str, user: &str, filter: Option<Value>) -> ScopedQuery {
+    ScopedQuery {
+        tenant: tenant.to_owned(),
+        scope: Scope::new(Some(user), None, None).expect("scope"),
+        filter: filter.map(|value| parse_filter(&value).expect("filter")),
+        show_expired: false,
+        today: NaiveDate::from_ymd_opt(2026, 6, 1).expect("date"),
+    }
+}
+
+async fn check_tenancy_and_crud(store: &dyn VectorStore) {
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let mine = record("t1", "u", "mine", unit([1.0, 0.0, 0.0, 0.0]), json!({"k": 1}), 0);
+    let theirs = record("t2", "u", "theirs", unit([1.0, 0.0, 0.0, 0.0]), json!({}), 0);
+    store.insert(&[mine.clone(), theirs.clone()]).await.expect("insert");
+    assert_eq!(store.get("t1", mine.id).await.expect("get"), Some(mine.clone()));
+    assert_eq!(store.get("t1", theirs.id).await.expect("get"), None, "another tenant's id is invisible");
+    assert_eq!(store.delete("t1", &[theirs.id]).await.expect("delete"), 0, "and cannot be deleted");
+    let hits = store.search(&query("t1", "u", None), &unit([1.0, 0.0, 0.0, 0.0]), 10, 0.0).await.expect("search");
+    assert_eq!(hits.iter().map(|hit| hit.record.memory.as_str()).collect::<Vec<_>>(), ["mine"]);
+
+    let mut changed = mine.clone();
+    changed.memory = "changed".into();
+    changed.hash = memory_hash("changed");
+    changed.embedding = unit([0.0, 1.0, 0.0, 0.0]);
+    assert!(store.update(&changed).await.expect("update"));
+    assert_eq!(store.get("t1", mine.id).await.expect("get").map(|r| r.memory), Some("changed".into()));
+    let mut foreign = changed.clone();
+    foreign.tenant = "t2".into();
+    assert!(!store.update(&foreign).await.expect("update"), "updates are confined to the tenant");
+
+    assert_eq!(store.delete("t1", &[mine.id]).await.expect("delete"), 1);
+    assert_eq!(store.get("t1", mine.id).await.expect("get"), None);
+    store.reset(Some("t2")).await.expect("reset");
+    assert_eq!(store.get("t2", theirs.id).await.expect("get"), None);
+}
+
+async fn check_search_is_exact_top_k(store: &dyn VectorStore) {
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let mut records = Vec::new();
+    for index in 0..200 {
+        let angle = index as f32 * 0.031;
+        let user = if index % 10 == 0 { "small" } else { "big" };
+        records.push(record(
+            "t",
+            user,
+            &format!("m{index}"),
+            unit([angle.cos(), angle.sin(), 0.1, 0.0]),
+            json!({"i": index}),
+            index,
+        ));
+    }
+    store.insert(&records).await.expect("insert");
+    let probe = unit([1.0, 0.2, 0.1, 0.0]);
+    let hits = store.search(&query("t", "small", None), &probe, 5, 0.0).await.expect("search");
+    let mut expected: Vec<(f32, String)> = records
+        .iter()
+        .filter(|r| r.scope.user_id.as_deref() == Some("small"))
+        .map(|r| (r.embedding.iter().zip(&probe).map(|(a, b)| a * b).sum::<f32>(), r.memory.clone()))
+        .collect();
+    expected.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let got: Vec<&str> = hits.iter().map(|hit| hit.record.memory.as_str()).collect();
+    let want: Vec<&str> = expected.iter().take(5).map(|(_, text)| text.as_str()).collect();
+    assert_eq!(got, want, "a small scope in a larger table gets its exact top-k");
+    for (hit, (score, _)) in hits.iter().zip(&expected) {
+        assert!((hit.score - score).abs() < 1e-5);
+    }
+    let filtered = store
+        .search(&query("t", "big", Some(json!({"i": {"gte": 100, "lt": 110}}))), &probe, 50, 0.0)
+        .await
+        .expect("search");
+    assert_eq!(filtered.len(), 9, "filters apply before top-k (i = 100..109 minus the one of `small`)");
+    let strict = store.search(&query("t", "big", None), &probe, 500, 0.99).await.expect("search");
+    assert!(strict.iter().all(|hit| hit.score >= 0.99));
+}
+
+async fn check_listing_order_pages_and_expiration(store: &dyn VectorStore) {
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let mut records: Vec<MemoryRecord> =
+        (0..25).map(|i| record("t", "u", &format!("r{i}"), unit([1.0, 1.0, 0.0, 0.0]), json!({}), i / 3)).collect();
+    records[0].expiration_date = NaiveDate::from_ymd_opt(2026, 5, 31);
+    records[1].expiration_date = NaiveDate::from_ymd_opt(2026, 6, 1);
+    store.insert(&records).await.expect("insert");
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store.list(&query("t", "u", None), cursor, 7).await.expect("list");
+        seen.extend(page.records.iter().map(|r| (r.created_at, r.id)));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 24, "expired yesterday is hidden, expiring today is visible");
+    let mut sorted = seen.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(seen, sorted, "newest first, ties by id descending");
+    assert_eq!(seen.iter().collect::<HashSet<_>>().len(), seen.len());
+    let with_expired = ScopedQuery { show_expired: true, ..query("t", "u", None) };
+    assert_eq!(store.list(&with_expired, None, 100).await.expect("list").records.len(), 25);
+
+    let deleted = store.delete_matching(&query("t", "u", None)).await.expect("delete");
+    assert_eq!(deleted.len(), 25, "scope deletes include expired rows");
+    assert!(store.list(&with_expired, None, 100).await.expect("list").records.is_empty());
+}
+
+async fn check_dimension_mismatch(store: &dyn VectorStore) {
+    store.ensure_dimension(384, "all-MiniLM-L6-v2").await.expect("first use records the dimension");
+    store.ensure_dimension(384, "all-MiniLM-L6-v2").await.expect("same dimension is fine");
+    let error = store.ensure_dimension(1536, "text-embedding-3-small").await.expect_err("mismatch");
+    let Error::Config(message) = error else { panic!("expected a config error, got {error:?}") };
+    assert!(message.contains("384") && message.contains("1536"), "{message}");
+}
+
+macro_rules! conformance_suite {
+    ($backend:ident, $open:expr) => {
+        mod $backend {
+            use super::*;
+
+            #[tokio::test]
+            async fn tenancy_and_crud() {
+                let (store, _guard) = $open;
+                check_tenancy_and_crud(&store).await;
+            }
+
+            #[tokio::test]
+            async fn search_is_exact_top_k() {
+                let (store, _guard) = $open;
+                check_search_is_exact_top_k(&store).await;
+            }
+
+            #[tokio::test]
+            async fn listing_order_pages_and_expiration() {
+                let (store, _guard) = $open;
+                check_listing_order_pages_and_expiration(&store).await;
+            }
+
+            #[tokio::test]
+            async fn dimension_mismatch() {
+                let (store, _guard) = $open;
+                check_dimension_mismatch(&store).await;
+            }
+        }
+    };
+}
+
+async fn open_sqlite() -> (SqliteStore, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("memories.db")).await.expect("open");
+    (store, dir)
+}
+
+conformance_suite!(sqlite, open_sqlite().await);
