@@ -10,7 +10,6 @@ use mem0_core::providers::embedder::{Embedder, LocalEmbedder};
 use mem0_core::store::SqliteStore;
 use mem0_core::Memory;
 use mem0_server::config::Settings;
-use mem0_server::state::AppState;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
@@ -78,7 +77,7 @@ impl TestServer {
         let store = SqliteStore::open(&data_dir.join("memories.db")).await.expect("open store");
         let history = HistoryStore::open(&data_dir.join("history.db")).await.expect("open history");
         let memory = Memory::new(Arc::new(store), history, embedder).await.expect("memory service");
-        let state = AppState { memory: Arc::new(memory), settings: Arc::new(settings) };
+        let state = mem0_server::assemble_state(memory, settings).await.expect("server state");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -17,6 +17,9 @@ pub enum Error {
     /// The memory does not exist, or exists outside the caller's reach (never told apart).
     #[error("memory {id} not found")]
     MemoryNotFound { id: String },
+    /// The API key does not exist, is revoked, or belongs to another tenant.
+    #[error("api key {id} not found")]
+    ApiKeyNotFound { id: String },
     /// The caller may not perform this operation on this scope.
     #[error("forbidden: {0}")]
     Forbidden(String),

@@ -5,11 +5,13 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::DateTime;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
+use crate::auth::ApiKeys;
 use crate::error::{Error, Result};
 use crate::scope::Scope;
 use crate::types::{HistoryEvent, HistoryRecord};
@@ -43,7 +45,40 @@ create table if not exists messages (
     seq integer not null
 );
 create index if not exists messages_scope on messages (tenant, session_scope, created_at, seq);
+create table if not exists request_log (
+    id integer primary key autoincrement,
+    at integer not null,
+    method text not null,
+    route text not null,
+    status integer not null,
+    latency_ms real not null,
+    principal_id text,
+    tenant text
+);
+create index if not exists request_log_tenant on request_log (tenant, id);
+create index if not exists request_log_at on request_log (at);
 ";
+
+/// One handled request, as kept in the request log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestLogEntry {
+    /// Row id (increasing; 0 before it is stored).
+    pub id: i64,
+    /// When the request finished.
+    pub at: DateTime<Utc>,
+    /// HTTP method.
+    pub method: String,
+    /// Route template (`/memories/{memory_id}`), never the raw path.
+    pub route: String,
+    /// Response status.
+    pub status: u16,
+    /// Handling time in milliseconds.
+    pub latency_ms: f64,
+    /// Who called (`key:<id>`, `jwt:<sub>`, `admin`, `local`), when known.
+    pub principal_id: Option<String>,
+    /// The caller's tenant, when known.
+    pub tenant: Option<String>,
+}
 
 /// The SQLite history volume.
 #[derive(Debug, Clone)]
@@ -73,7 +108,88 @@ impl HistoryStore {
             .connect_with(options)
             .await?;
         sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+        sqlx::raw_sql(crate::auth::SCHEMA).execute(&pool).await?;
         Ok(Self { pool })
+    }
+
+    /// Returns the API key store, which lives in the same volume.
+    pub fn api_keys(&self) -> ApiKeys {
+        ApiKeys::new(self.pool.clone())
+    }
+
+    /// Appends request log entries in one transaction.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`].
+    pub async fn append_requests(&self, entries: &[RequestLogEntry]) -> Result<()> {
+        let mut transaction = self.pool.begin().await?;
+        for entry in entries {
+            sqlx::query(
+                "insert into request_log (at, method, route, status, latency_ms, principal_id, tenant) \
+                 values (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(entry.at.timestamp_micros())
+            .bind(&entry.method)
+            .bind(&entry.route)
+            .bind(i64::from(entry.status))
+            .bind(entry.latency_ms)
+            .bind(&entry.principal_id)
+            .bind(&entry.tenant)
+            .execute(&mut *transaction)
+            .await?;
+        }
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    /// Returns up to `limit` request log entries, newest first, older than `before` (an entry id),
+    /// of `tenant` or of every tenant when `None`.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`].
+    pub async fn recent_requests(
+        &self,
+        tenant: Option<&str>,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<RequestLogEntry>> {
+        let rows = sqlx::query(
+            "select id, at, method, route, status, latency_ms, principal_id, tenant from request_log \
+             where (? is null or tenant = ?) and id < ? order by id desc limit ?",
+        )
+        .bind(tenant)
+        .bind(tenant)
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let status: i64 = row.try_get("status")?;
+                Ok(RequestLogEntry {
+                    id: row.try_get("id")?,
+                    at: DateTime::from_timestamp_micros(row.try_get("at")?).unwrap_or_default(),
+                    method: row.try_get("method")?,
+                    route: row.try_get("route")?,
+                    status: u16::try_from(status).unwrap_or_default(),
+                    latency_ms: row.try_get("latency_ms")?,
+                    principal_id: row.try_get("principal_id")?,
+                    tenant: row.try_get("tenant")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes request log entries older than `cutoff`; returns how many.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`].
+    pub async fn prune_requests(&self, cutoff: DateTime<Utc>) -> Result<u64> {
+        let result = sqlx::query("delete from request_log where at < ?")
+            .bind(cutoff.timestamp_micros())
+            .execute(&self.pool)
+            .await?;
+        Ok(result.rows_affected())
     }
 
     /// Appends all entries in one transaction.

@@ -5,6 +5,7 @@
 //! behind [`store::VectorStore`] (embedded SQLite today) with the SQLite [`history::HistoryStore`]
 //! beside it; embeddings come from [`providers::embedder::Embedder`] implementations.
 
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod filter;

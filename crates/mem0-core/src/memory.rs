@@ -18,7 +18,7 @@ use crate::filter::Filter;
 use crate::history::HistoryStore;
 use crate::providers::embedder::Embedder;
 use crate::scope::{Caller, Role, Scope};
-use crate::store::{Cursor, ScopedQuery, VectorStore};
+use crate::store::{Cursor, ScopeCursor, ScopeKind, ScopePage, ScopedQuery, VectorStore};
 use crate::types::{memory_hash, HistoryEvent, HistoryRecord, MemoryItem, MemoryRecord, Message, Metadata};
 
 /// Most messages one add call may carry.
@@ -163,6 +163,11 @@ impl Memory {
     pub async fn new(store: Arc<dyn VectorStore>, history: HistoryStore, embedder: Arc<dyn Embedder>) -> Result<Self> {
         store.ensure_dimension(embedder.dimension(), embedder.model_id()).await?;
         Ok(Self { store, history, embedder })
+    }
+
+    /// Returns the history volume (history, message buffer, API keys, request log).
+    pub fn history_store(&self) -> &HistoryStore {
+        &self.history
     }
 
     /// Returns the embedder in use.
@@ -454,11 +459,69 @@ impl Memory {
     #[instrument(skip_all, fields(tenant = %caller.tenant))]
     pub async fn reset(&self, caller: &Caller) -> Result<()> {
         caller.require(Role::Admin)?;
-        if caller.grant != crate::scope::ScopeGrant::default() {
+        if !caller.is_tenant_admin() {
             return Err(Error::Forbidden("reset needs an admin that is not bound to a scope".into()));
         }
         self.store.reset(Some(&caller.tenant)).await?;
         self.history.reset(Some(&caller.tenant)).await
+    }
+
+    /// Deletes every memory, history entry and buffered message of every tenant.
+    ///
+    /// # Errors
+    /// [`Error::Forbidden`] unless a global admin; store errors.
+    #[instrument(skip_all, fields(principal = %caller.principal_id))]
+    pub async fn reset_all(&self, caller: &Caller) -> Result<()> {
+        if !caller.global_admin {
+            return Err(Error::Forbidden("a global reset needs the global admin".into()));
+        }
+        self.store.reset(None).await?;
+        self.history.reset(None).await
+    }
+
+    /// Lists the scope ids of the caller's tenant that own memories, with counts, ordered by
+    /// type (`agent`, `run`, `user`) then id, one page at a time.
+    ///
+    /// # Errors
+    /// [`Error::Forbidden`] unless admin; validation of `limit` and `after`; store errors.
+    #[instrument(skip_all, fields(tenant = %caller.tenant))]
+    pub async fn scopes(
+        &self,
+        caller: &Caller,
+        kind: Option<ScopeKind>,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<ScopePage> {
+        caller.require(Role::Admin)?;
+        check_bound("limit", limit)?;
+        let after = after.as_deref().map(ScopeCursor::decode).transpose()?;
+        let kinds: Vec<ScopeKind> = match kind {
+            Some(kind) => vec![kind],
+            None => ScopeKind::ALL.to_vec(),
+        };
+        let mut items = Vec::new();
+        for kind in kinds {
+            let start = match &after {
+                Some(cursor) if cursor.kind > kind => continue,
+                Some(cursor) if cursor.kind == kind => Some(cursor.id.clone()),
+                _ => None,
+            };
+            // One extra row tells whether another page exists.
+            let wanted = limit + 1 - items.len();
+            let mut rows = self.store.scopes(&caller.tenant, kind, start.as_deref(), wanted).await?;
+            rows.retain(|summary| caller.can_see(&caller.tenant, &summary.as_scope()));
+            items.extend(rows);
+            if items.len() > limit {
+                break;
+            }
+        }
+        let next = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|last| ScopeCursor { kind: last.kind, id: last.id.clone() }.encode())
+        } else {
+            None
+        };
+        Ok(ScopePage { items, next })
     }
 
     /// Checks that both stores answer.

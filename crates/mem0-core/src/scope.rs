@@ -133,6 +133,9 @@ pub struct Caller {
     pub grant: ScopeGrant,
     /// Stable identifier for logs (key id, JWT subject, or `local`).
     pub principal_id: String,
+    /// May act across tenants (manage every tenant's keys, reset everything). Only the bootstrap
+    /// admin key and the local-development caller have it.
+    pub global_admin: bool,
 }
 
 impl Caller {
@@ -144,7 +147,13 @@ impl Caller {
             role: Role::Admin,
             grant: ScopeGrant::default(),
             principal_id: "local".to_owned(),
+            global_admin: true,
         }
+    }
+
+    /// Returns true when the caller is an admin of its whole tenant (not bound to scopes).
+    pub fn is_tenant_admin(&self) -> bool {
+        self.role == Role::Admin && self.grant == ScopeGrant::default()
     }
 
     /// Fails unless the caller has at least `role`.

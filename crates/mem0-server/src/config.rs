@@ -10,6 +10,10 @@ use mem0_core::MemoryConfig;
 use secrecy::SecretString;
 use serde::Deserialize;
 
+use crate::auth::AuthSettings;
+use crate::rate_limit::RateLimitSettings;
+use crate::request_log::RequestLogSettings;
+
 /// The defaults, compiled into the binary so it runs with no files.
 pub const DEFAULT_CONFIG: &str = include_str!("../../../config/default.toml");
 
@@ -23,6 +27,12 @@ pub struct Settings {
     pub log: LogSettings,
     /// Embedder and stores.
     pub memory: MemoryConfig,
+    /// Authentication.
+    pub auth: AuthSettings,
+    /// Rate limits.
+    pub rate_limit: RateLimitSettings,
+    /// The request log.
+    pub request_log: RequestLogSettings,
 }
 
 /// Listener and request limits.
@@ -98,6 +108,10 @@ impl Settings {
         if openai.base_url.is_none() {
             openai.base_url = plain_env("OPENAI_BASE_URL").filter(|url| !url.is_empty());
         }
+        if settings.auth.admin_api_key.is_none() {
+            settings.auth.admin_api_key =
+                plain_env("ADMIN_API_KEY").filter(|key| !key.is_empty()).map(SecretString::from);
+        }
         settings.validate()?;
         Ok(settings)
     }
@@ -123,6 +137,16 @@ impl Settings {
             "server.concurrency_limit must be between 1 and 100000, got {}",
             server.concurrency_limit
         );
+        let limits = &self.rate_limit;
+        for (name, value) in [
+            ("read_per_minute", limits.read_per_minute),
+            ("write_per_minute", limits.write_per_minute),
+            ("admin_per_minute", limits.admin_per_minute),
+            ("open_per_minute", limits.open_per_minute),
+        ] {
+            anyhow::ensure!(value >= 1, "rate_limit.{name} must be at least 1");
+        }
+        anyhow::ensure!(self.request_log.retention_days >= 1, "request_log.retention_days must be at least 1");
         mem0_core::scope::validate_scope_id("server.default_tenant", &server.default_tenant)
             .map_err(|error| anyhow::anyhow!("{error}"))?;
         let embedder = &self.memory.embedder;

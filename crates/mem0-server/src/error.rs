@@ -39,8 +39,14 @@ pub enum ErrorCode {
     RouteNotFound,
     /// The route exists but not with this method.
     MethodNotAllowed,
+    /// Credentials are missing or invalid.
+    Unauthenticated,
     /// The caller may not do this.
     Forbidden,
+    /// Too many requests; see `Retry-After`.
+    RateLimited,
+    /// No such API key (or not in the caller's tenant).
+    ApiKeyNotFound,
     /// `infer=true` needs an LLM and none is configured.
     LlmNotConfigured,
     /// The provider rejected our credentials.
@@ -102,6 +108,13 @@ impl ApiError {
         error
     }
 
+    /// Adds a `Retry-After` header.
+    #[must_use]
+    pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
+        self.retry_after = Some(retry_after);
+        self
+    }
+
     /// Returns the status this error answers with.
     pub fn status(&self) -> StatusCode {
         self.status
@@ -125,6 +138,9 @@ impl From<CoreError> for ApiError {
                 Self::new(StatusCode::NOT_FOUND, ErrorCode::MemoryNotFound, format!("memory {id} not found"))
             }
             CoreError::Forbidden(message) => Self::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, message),
+            CoreError::ApiKeyNotFound { id } => {
+                Self::new(StatusCode::NOT_FOUND, ErrorCode::ApiKeyNotFound, format!("api key {id} not found"))
+            }
             CoreError::LlmNotConfigured => {
                 Self::new(StatusCode::BAD_REQUEST, ErrorCode::LlmNotConfigured, CoreError::LlmNotConfigured.to_string())
             }
@@ -174,7 +190,13 @@ impl IntoResponse for ApiError {
             request_id: current_request_id(),
             details: self.details,
         };
+        let challenge = self.code == ErrorCode::Unauthenticated;
         let mut response = (self.status, axum::Json(body)).into_response();
+        if challenge {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"mem0\", Token"));
+        }
         if let Some(retry_after) = self.retry_after {
             let seconds = retry_after.as_secs().max(1).to_string();
             if let Ok(value) = HeaderValue::from_str(&seconds) {

@@ -3,10 +3,14 @@
 //! Handlers parse, call one core method with the request's caller, and map the result. This crate
 //! owns routing, the error envelope, request ids, limits, configuration loading and OpenAPI.
 
+pub mod auth;
 pub mod config;
 pub mod error;
+pub mod guard;
 pub mod openapi;
+pub mod rate_limit;
 pub mod request_context;
+pub mod request_log;
 pub mod routes;
 pub mod state;
 
@@ -30,10 +34,12 @@ use crate::state::AppState;
 /// Builds the application router for `state`.
 pub fn app(state: AppState) -> Router {
     let server = &state.settings.server;
-    let timeout = Duration::from_secs(server.request_timeout_secs);
-    let (router, api) = routes::router().split_for_parts();
-    let mut doc = openapi::document();
-    doc.paths = api.paths;
+    let context = request_context::ContextSettings {
+        timeout: Duration::from_secs(server.request_timeout_secs),
+        log: state.request_log.clone(),
+    };
+    let (router, _) = routes::router().split_for_parts();
+    let doc = openapi::document();
     let doc_json = Arc::new(openapi::document_json());
     router
         .route(
@@ -48,7 +54,8 @@ pub fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(server.body_limit_bytes))
         .layer(GlobalConcurrencyLimitLayer::new(server.concurrency_limit))
-        .layer(middleware::from_fn_with_state(timeout, request_context::request_context))
+        .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
+        .layer(middleware::from_fn_with_state(context, request_context::request_context))
         .with_state(state)
 }
 
@@ -60,7 +67,8 @@ async fn method_not_allowed() -> impl IntoResponse {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, ErrorCode::MethodNotAllowed, "method not allowed on this route")
 }
 
-/// Builds the state from settings: loads the embedder, opens the stores, checks dimensions.
+/// Builds the state from settings: loads the embedder, opens the stores, checks dimensions,
+/// sets up authentication, rate limits and the request log.
 ///
 /// # Errors
 /// Any startup failure, with a message saying what to fix.
@@ -68,7 +76,35 @@ pub async fn build_state(settings: Settings) -> anyhow::Result<AppState> {
     let memory = Memory::from_config(&settings.memory)
         .await
         .map_err(|error| anyhow::anyhow!("cannot start the memory service: {error}"))?;
-    Ok(AppState { memory: Arc::new(memory), settings: Arc::new(settings) })
+    assemble_state(memory, settings).await
+}
+
+/// Builds the state around an existing memory service (tests give it their own stores).
+///
+/// # Errors
+/// Unsafe or invalid authentication settings.
+pub async fn assemble_state(memory: Memory, settings: Settings) -> anyhow::Result<AppState> {
+    let api_keys = memory.history_store().api_keys();
+    let auth =
+        auth::Authenticator::build(&settings.auth, settings.server.bind, &settings.server.default_tenant, api_keys)?;
+    auth.warm_up().await;
+    let limits = settings.rate_limit.enabled.then(|| {
+        let limits: Arc<dyn rate_limit::Limits> = Arc::new(rate_limit::RateLimits::with_clock(
+            &settings.rate_limit,
+            governor::clock::DefaultClock::default(),
+        ));
+        let housekeeping = Arc::clone(&limits);
+        tokio::spawn(async move {
+            let mut every_minute = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                every_minute.tick().await;
+                housekeeping.housekeeping();
+            }
+        });
+        limits
+    });
+    let request_log = request_log::RequestLogWriter::spawn(memory.history_store().clone(), &settings.request_log);
+    Ok(AppState { memory: Arc::new(memory), settings: Arc::new(settings), auth: Arc::new(auth), limits, request_log })
 }
 
 /// Serves `state` on `listener` until `shutdown` completes, then drains in-flight requests.
@@ -80,5 +116,7 @@ pub async fn serve(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, app(state).into_make_service_with_connect_info::<std::net::SocketAddr>())
+        .with_graceful_shutdown(shutdown)
+        .await
 }

@@ -10,7 +10,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
 
+use mem0_core::history::RequestLogEntry;
+use mem0_core::Caller;
+
 use crate::error::{ApiError, ErrorCode};
+use crate::request_log::RequestLogWriter;
 
 /// The request id header.
 pub static REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
@@ -32,8 +36,18 @@ fn incoming_id(request: &Request) -> Option<String> {
     sane.then(|| value.to_owned())
 }
 
-/// Middleware: request id, span, timeout and access log.
-pub async fn request_context(State(timeout): State<Duration>, mut request: Request, next: Next) -> Response {
+/// What the middleware needs: the timeout and where request log entries go.
+#[derive(Debug, Clone)]
+pub struct ContextSettings {
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// The request log.
+    pub log: RequestLogWriter,
+}
+
+/// Middleware: request id, span, timeout, access log line and request log entry.
+pub async fn request_context(State(context): State<ContextSettings>, mut request: Request, next: Next) -> Response {
+    let timeout = context.timeout;
     let request_id = incoming_id(&request).unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         request.headers_mut().insert(REQUEST_ID_HEADER.clone(), value);
@@ -62,6 +76,19 @@ pub async fn request_context(State(timeout): State<Duration>, mut request: Reque
         .await;
     let status = response.status().as_u16();
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    if !crate::guard::is_open(&route) {
+        let caller = response.extensions().get::<Caller>();
+        context.log.record(RequestLogEntry {
+            id: 0,
+            at: chrono::Utc::now(),
+            method: method.to_string(),
+            route: route.clone(),
+            status,
+            latency_ms: (latency_ms * 100.0).round() / 100.0,
+            principal_id: caller.map(|caller| caller.principal_id.clone()),
+            tenant: caller.map(|caller| caller.tenant.clone()),
+        });
+    }
     span.in_scope(|| {
         if status >= 500 {
             tracing::warn!(status, latency_ms, "request failed");

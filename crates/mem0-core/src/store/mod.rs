@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use chrono::{DateTime, NaiveDate, Utc};
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 pub use sqlite::{SqliteStore, DEFAULT_VECTOR_CACHE_ENTRIES};
@@ -61,6 +62,116 @@ impl Cursor {
         let id = Uuid::parse_str(id).map_err(|_| invalid())?;
         Ok(Self { created_at, id })
     }
+}
+
+/// The three kinds of scope id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScopeKind {
+    /// `agent_id`.
+    Agent,
+    /// `run_id`.
+    Run,
+    /// `user_id`.
+    User,
+}
+
+impl ScopeKind {
+    /// Every kind, in listing order.
+    pub const ALL: [ScopeKind; 3] = [ScopeKind::Agent, ScopeKind::Run, ScopeKind::User];
+
+    /// Returns the column holding ids of this kind.
+    pub fn column(self) -> &'static str {
+        match self {
+            Self::Agent => "agent_id",
+            Self::Run => "run_id",
+            Self::User => "user_id",
+        }
+    }
+
+    /// Parses `user`, `agent` or `run`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "agent" => Some(Self::Agent),
+            "run" => Some(Self::Run),
+            "user" => Some(Self::User),
+            _ => None,
+        }
+    }
+
+    /// Returns `user`, `agent` or `run`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Agent => "agent",
+            Self::Run => "run",
+            Self::User => "user",
+        }
+    }
+}
+
+/// A scope id that owns memories, with how many and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScopeSummary {
+    /// Which kind of id.
+    #[serde(rename = "type")]
+    pub kind: ScopeKind,
+    /// The id.
+    pub id: String,
+    /// Memories carrying it (expired included).
+    pub total_memories: u64,
+    /// Oldest memory's creation.
+    pub created_at: DateTime<Utc>,
+    /// Newest change.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl ScopeSummary {
+    /// Returns the one-id scope this summary describes.
+    pub fn as_scope(&self) -> Scope {
+        let id = Some(self.id.clone());
+        match self.kind {
+            ScopeKind::Agent => Scope { agent_id: id, ..Scope::default() },
+            ScopeKind::Run => Scope { run_id: id, ..Scope::default() },
+            ScopeKind::User => Scope { user_id: id, ..Scope::default() },
+        }
+    }
+}
+
+/// Position after the last scope returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeCursor {
+    /// Kind of the last id.
+    pub kind: ScopeKind,
+    /// The last id.
+    pub id: String,
+}
+
+impl ScopeCursor {
+    /// Returns the opaque token.
+    pub fn encode(&self) -> String {
+        URL_SAFE_NO_PAD.encode(format!("{}:{}", self.kind.as_str(), self.id))
+    }
+
+    /// Parses a token produced by [`ScopeCursor::encode`].
+    ///
+    /// # Errors
+    /// [`Error::Validation`] on field `cursor`.
+    pub fn decode(token: &str) -> Result<Self> {
+        let invalid = || Error::validation("cursor", "not a cursor returned by this server");
+        let bytes = URL_SAFE_NO_PAD.decode(token.trim()).map_err(|_| invalid())?;
+        let text = String::from_utf8(bytes).map_err(|_| invalid())?;
+        let (kind, id) = text.split_once(':').ok_or_else(invalid)?;
+        Ok(Self { kind: ScopeKind::parse(kind).ok_or_else(invalid)?, id: id.to_owned() })
+    }
+}
+
+/// One page of scope ids.
+#[derive(Debug, Clone)]
+pub struct ScopePage {
+    /// Scope ids, by type then id.
+    pub items: Vec<ScopeSummary>,
+    /// Token for the next page.
+    pub next: Option<String>,
 }
 
 /// One page of a listing.
@@ -119,6 +230,15 @@ pub trait VectorStore: Debug + Send + Sync + 'static {
 
     /// Returns one page of memories matching `query`, newest first (ties by id, descending).
     async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page>;
+
+    /// Returns up to `limit` ids of `kind` owning memories in `tenant`, ordered by id, after `after`.
+    async fn scopes(
+        &self,
+        tenant: &str,
+        kind: ScopeKind,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ScopeSummary>>;
 
     /// Deletes every memory of `tenant`, or of every tenant when `None`.
     async fn reset(&self, tenant: Option<&str>) -> Result<()>;

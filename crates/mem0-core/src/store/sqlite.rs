@@ -22,7 +22,7 @@ use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
 use super::sqlite_filter::{where_clause, Bind, Clause};
-use super::{Cursor, Page, ScopedQuery, ScoredRecord, VectorStore};
+use super::{Cursor, Page, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, VectorStore};
 use crate::error::{Error, Result};
 use crate::scope::Scope;
 use crate::types::{MemoryRecord, Metadata};
@@ -500,6 +500,39 @@ impl VectorStore for SqliteStore {
             None
         };
         Ok(Page { records, next })
+    }
+
+    async fn scopes(
+        &self,
+        tenant: &str,
+        kind: ScopeKind,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ScopeSummary>> {
+        let column = kind.column();
+        let statement = format!(
+            "select {column} as scope_id, count(*) as total, min(created_at) as first, max(updated_at) as last \
+             from memories where tenant = ? and {column} is not null and {column} > ? \
+             group by {column} order by {column} limit ?"
+        );
+        let rows = sqlx::query(&statement)
+            .bind(tenant)
+            .bind(after.unwrap_or(""))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let total: i64 = row.try_get("total")?;
+                Ok(ScopeSummary {
+                    kind,
+                    id: row.try_get("scope_id")?,
+                    total_memories: u64::try_from(total).unwrap_or_default(),
+                    created_at: from_micros(row.try_get("first")?)?,
+                    updated_at: from_micros(row.try_get("last")?)?,
+                })
+            })
+            .collect()
     }
 
     async fn reset(&self, tenant: Option<&str>) -> Result<()> {

@@ -261,6 +261,9 @@ fn message_text(content: MessageContent) -> String {
     tag = "memories",
     request_body = AddMemoriesRequest,
     responses(
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
+        (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
         (status = 200, description = "Memories created", body = AddMemoriesResponse),
         (status = 400, description = "Invalid input or no LLM configured for infer=true", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
@@ -312,9 +315,11 @@ pub async fn add_memories(
     tag = "memories",
     params(ListMemoriesQuery),
     responses(
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
+        (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
         (status = 200, description = "One page", body = ListMemoriesResponse),
         (status = 400, description = "Invalid query, filter or cursor", body = ErrorBody),
-        (status = 403, description = "Listing everything needs the admin role", body = ErrorBody),
         (status = 503, description = "Store unavailable", body = ErrorBody),
     )
 )]
@@ -361,9 +366,11 @@ pub async fn list_memories(
     tag = "memories",
     params(ScopeQuery),
     responses(
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
+        (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
         (status = 200, description = "Deleted", body = DeleteAllResponse),
         (status = 400, description = "No scope id given, or an invalid one", body = ErrorBody),
-        (status = 403, description = "Needs the admin role", body = ErrorBody),
         (status = 503, description = "Store unavailable", body = ErrorBody),
     )
 )]
@@ -385,6 +392,9 @@ pub async fn delete_all_memories(
     tag = "memories",
     params(("memory_id" = String, Path, description = "Memory id (UUID)")),
     responses(
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
+        (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
         (status = 200, description = "The memory", body = MemoryResponse),
         (status = 400, description = "Malformed id", body = ErrorBody),
         (status = 404, description = "No such memory", body = ErrorBody),
@@ -409,6 +419,9 @@ pub async fn get_memory(
     params(("memory_id" = String, Path, description = "Memory id (UUID)")),
     request_body = UpdateMemoryRequest,
     responses(
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
+        (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
         (status = 200, description = "Updated", body = UpdateMemoryResponse),
         (status = 400, description = "Invalid input or malformed id", body = ErrorBody),
         (status = 404, description = "No such memory", body = ErrorBody),
@@ -441,6 +454,9 @@ pub async fn update_memory(
     tag = "memories",
     params(("memory_id" = String, Path, description = "Memory id (UUID)")),
     responses(
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
+        (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
         (status = 200, description = "Deleted", body = MessageResponse),
         (status = 400, description = "Malformed id", body = ErrorBody),
         (status = 404, description = "No such memory", body = ErrorBody),
@@ -467,6 +483,9 @@ pub async fn delete_memory(
     tag = "memories",
     params(("memory_id" = String, Path, description = "Memory id (UUID)")),
     responses(
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
+        (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
         (status = 200, description = "Changes, oldest first", body = Vec<HistoryResponse>),
         (status = 400, description = "Malformed id", body = ErrorBody),
         (status = 404, description = "No such memory", body = ErrorBody),

@@ -1,8 +1,11 @@
 //! Route table and the response shapes shared by several routes.
 
 pub mod admin;
+pub mod api_keys;
+pub mod entities;
 pub mod health;
 pub mod memories;
+pub mod requests;
 pub mod search;
 
 use chrono::{DateTime, NaiveDate, Utc};
@@ -20,6 +23,9 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(memories::router())
         .merge(search::router())
         .merge(admin::router())
+        .merge(api_keys::router())
+        .merge(entities::router())
+        .merge(requests::router())
         .merge(health::router())
 }
 

@@ -63,6 +63,9 @@ pub struct SearchResponse {
     tag = "search",
     request_body = SearchRequest,
     responses(
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
+        (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
         (status = 200, description = "Results, best first", body = SearchResponse),
         (status = 400, description = "Invalid query, scope, filter, top_k or threshold", body = ErrorBody),
         (status = 502, description = "Embedding provider failed", body = ErrorBody),

@@ -1,0 +1,347 @@
+//! API keys: created by admins, shown once, stored only as a SHA-256 digest, found by prefix,
+//! compared in constant time, revocable, bound to a tenant, a role and optional scope limits.
+//! They live in the SQLite history volume beside the history.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use sqlx::{Row, SqlitePool};
+use subtle::ConstantTimeEq;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::scope::{validate_scope_id, Caller, Role, ScopeGrant};
+
+/// Every key starts with this, so leaked keys are easy to recognise and scan for.
+pub const KEY_PREFIX: &str = "m0sk_";
+/// Characters of a key used to find its row (the prefix plus 7 random characters).
+pub const LOOKUP_LEN: usize = 12;
+/// `last_used_at` is written at most this often per key, so reads do not become writes.
+const LAST_USED_RESOLUTION_SECS: i64 = 60;
+
+pub(crate) const SCHEMA: &str = r"
+create table if not exists api_keys (
+    id text primary key,
+    tenant text not null,
+    key_prefix text not null,
+    key_hash blob not null,
+    label text not null,
+    role text not null,
+    user_ids text,
+    agent_ids text,
+    created_by text not null,
+    created_at integer not null,
+    last_used_at integer,
+    revoked_at integer
+);
+create index if not exists api_keys_prefix on api_keys (key_prefix);
+create index if not exists api_keys_tenant on api_keys (tenant, created_at);
+";
+
+/// What a new key may do.
+#[derive(Debug, Clone)]
+pub struct NewApiKey {
+    /// Tenant of the key; only a global admin may name another tenant than its own.
+    pub tenant: Option<String>,
+    /// Free text to recognise the key by.
+    pub label: String,
+    /// What the key may do.
+    pub role: Role,
+    /// Scope limits; must lie within the creator's.
+    pub grant: ScopeGrant,
+}
+
+/// A key as listed (never with its secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApiKeyInfo {
+    /// Key id.
+    pub id: Uuid,
+    /// Owning tenant.
+    pub tenant: String,
+    /// The first characters of the key, to recognise it.
+    pub key_prefix: String,
+    /// Label given at creation.
+    pub label: String,
+    /// What the key may do.
+    pub role: Role,
+    /// Allowed user ids (`None`: every user of the tenant).
+    pub user_ids: Option<Vec<String>>,
+    /// Allowed agent ids (`None`: every agent).
+    pub agent_ids: Option<Vec<String>>,
+    /// Principal that created it.
+    pub created_by: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last successful use (minute resolution).
+    pub last_used_at: Option<DateTime<Utc>>,
+    /// Revocation time, when revoked.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A new key with its secret, returned once.
+#[derive(Debug, Clone)]
+pub struct CreatedApiKey {
+    /// The stored information.
+    pub info: ApiKeyInfo,
+    /// The key itself: shown once, never stored.
+    pub key: String,
+}
+
+/// The API key store.
+#[derive(Debug, Clone)]
+pub struct ApiKeys {
+    pool: SqlitePool,
+}
+
+fn digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+fn random_key() -> Result<String> {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    let mut bytes = [0_u8; 32];
+    getrandom::fill(&mut bytes).map_err(|error| Error::Internal(format!("no randomness: {error}")))?;
+    Ok(format!("{KEY_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes)))
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Read => "read",
+        Role::Write => "write",
+        Role::Admin => "admin",
+    }
+}
+
+fn parse_role(text: &str) -> Result<Role> {
+    match text {
+        "read" => Ok(Role::Read),
+        "write" => Ok(Role::Write),
+        "admin" => Ok(Role::Admin),
+        other => Err(Error::Internal(format!("stored role {other}"))),
+    }
+}
+
+fn validate_ids(field: &str, ids: Option<&[String]>) -> Result<Option<Vec<String>>> {
+    let Some(ids) = ids else { return Ok(None) };
+    if ids.is_empty() || ids.len() > 1000 {
+        return Err(Error::validation(field, "give 1 to 1000 ids, or leave it out for all"));
+    }
+    ids.iter().map(|id| validate_scope_id(field, id)).collect::<Result<Vec<_>>>().map(Some)
+}
+
+/// True when `inner` allows nothing that `outer` does not.
+fn within(outer: Option<&[String]>, inner: Option<&[String]>) -> bool {
+    match (outer, inner) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(outer), Some(inner)) => inner.iter().all(|id| outer.contains(id)),
+    }
+}
+
+fn row_to_info(row: &sqlx::sqlite::SqliteRow) -> Result<ApiKeyInfo> {
+    let id: String = row.try_get("id")?;
+    let role: String = row.try_get("role")?;
+    let parse_ids = |column: &str| -> Result<Option<Vec<String>>> {
+        let raw: Option<String> = row.try_get(column)?;
+        raw.map(|raw| serde_json::from_str(&raw).map_err(|error| Error::Internal(format!("stored {column}: {error}"))))
+            .transpose()
+    };
+    let time = |value: Option<i64>| value.and_then(DateTime::from_timestamp_micros);
+    Ok(ApiKeyInfo {
+        id: Uuid::parse_str(&id).map_err(|error| Error::Internal(format!("stored key id: {error}")))?,
+        tenant: row.try_get("tenant")?,
+        key_prefix: row.try_get("key_prefix")?,
+        label: row.try_get("label")?,
+        role: parse_role(&role)?,
+        user_ids: parse_ids("user_ids")?,
+        agent_ids: parse_ids("agent_ids")?,
+        created_by: row.try_get("created_by")?,
+        created_at: time(Some(row.try_get("created_at")?)).unwrap_or_default(),
+        last_used_at: time(row.try_get("last_used_at")?),
+        revoked_at: time(row.try_get("revoked_at")?),
+    })
+}
+
+const COLUMNS: &str =
+    "id, tenant, key_prefix, label, role, user_ids, agent_ids, created_by, created_at, last_used_at, revoked_at";
+
+impl ApiKeys {
+    pub(crate) fn new(pool: SqlitePool) -> Self {
+        Self { pool }
+    }
+
+    /// Creates a key. Tenant admins create keys in their tenant, never with more rights than
+    /// their own; a global admin may name any tenant.
+    ///
+    /// # Errors
+    /// [`Error::Forbidden`], [`Error::Validation`], store errors.
+    pub async fn create(&self, caller: &Caller, new: NewApiKey) -> Result<CreatedApiKey> {
+        caller.require(Role::Admin)?;
+        let tenant = match new.tenant {
+            Some(tenant) if tenant != caller.tenant => {
+                if !caller.global_admin {
+                    return Err(Error::Forbidden("only the global admin creates keys for other tenants".into()));
+                }
+                validate_scope_id("tenant", &tenant)?
+            }
+            _ => caller.tenant.clone(),
+        };
+        let label = new.label.trim().to_owned();
+        if label.is_empty() || label.len() > 200 {
+            return Err(Error::validation("label", "must be 1 to 200 characters"));
+        }
+        let user_ids = validate_ids("user_ids", new.grant.user_ids.as_deref())?;
+        let agent_ids = validate_ids("agent_ids", new.grant.agent_ids.as_deref())?;
+        let within_creator = within(caller.grant.user_ids.as_deref(), user_ids.as_deref())
+            && within(caller.grant.agent_ids.as_deref(), agent_ids.as_deref());
+        if !(caller.global_admin || within_creator) {
+            return Err(Error::Forbidden("a key cannot reach scopes its creator cannot".into()));
+        }
+        let key = random_key()?;
+        let info = ApiKeyInfo {
+            id: Uuid::now_v7(),
+            tenant,
+            key_prefix: key[..LOOKUP_LEN].to_owned(),
+            label,
+            role: new.role,
+            user_ids,
+            agent_ids,
+            created_by: caller.principal_id.clone(),
+            created_at: Utc::now(),
+            last_used_at: None,
+            revoked_at: None,
+        };
+        let to_json = |ids: &Option<Vec<String>>| ids.as_ref().map(|ids| serde_json::json!(ids).to_string());
+        sqlx::query(
+            "insert into api_keys (id, tenant, key_prefix, key_hash, label, role, user_ids, agent_ids, created_by, \
+             created_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(info.id.to_string())
+        .bind(&info.tenant)
+        .bind(&info.key_prefix)
+        .bind(digest(&key).to_vec())
+        .bind(&info.label)
+        .bind(role_name(info.role))
+        .bind(to_json(&info.user_ids))
+        .bind(to_json(&info.agent_ids))
+        .bind(&info.created_by)
+        .bind(info.created_at.timestamp_micros())
+        .execute(&self.pool)
+        .await?;
+        Ok(CreatedApiKey { info, key })
+    }
+
+    /// Lists the keys of the caller's tenant (every tenant's for the global admin), newest first.
+    ///
+    /// # Errors
+    /// [`Error::Forbidden`] unless admin; store errors.
+    pub async fn list(&self, caller: &Caller) -> Result<Vec<ApiKeyInfo>> {
+        caller.require(Role::Admin)?;
+        let rows = if caller.global_admin {
+            sqlx::query(&format!("select {COLUMNS} from api_keys order by created_at desc, id desc limit 10000"))
+                .fetch_all(&self.pool)
+                .await?
+        } else {
+            sqlx::query(&format!(
+                "select {COLUMNS} from api_keys where tenant = ? order by created_at desc, id desc limit 10000"
+            ))
+            .bind(&caller.tenant)
+            .fetch_all(&self.pool)
+            .await?
+        };
+        rows.iter().map(row_to_info).collect()
+    }
+
+    /// Revokes a key of the caller's tenant (any tenant for the global admin).
+    ///
+    /// # Errors
+    /// [`Error::ApiKeyNotFound`] when missing, already revoked or in another tenant.
+    pub async fn revoke(&self, caller: &Caller, id: Uuid) -> Result<()> {
+        caller.require(Role::Admin)?;
+        let result =
+            sqlx::query("update api_keys set revoked_at = ? where id = ? and revoked_at is null and (tenant = ? or ?)")
+                .bind(Utc::now().timestamp_micros())
+                .bind(id.to_string())
+                .bind(&caller.tenant)
+                .bind(caller.global_admin)
+                .execute(&self.pool)
+                .await?;
+        if result.rows_affected() == 0 {
+            return Err(Error::ApiKeyNotFound { id: id.to_string() });
+        }
+        Ok(())
+    }
+
+    /// Returns the caller a presented key stands for, or `None` for an unknown or revoked key.
+    ///
+    /// # Errors
+    /// Store errors only.
+    pub async fn authenticate(&self, presented: &str) -> Result<Option<Caller>> {
+        if !presented.starts_with(KEY_PREFIX) || presented.len() < LOOKUP_LEN || presented.len() > 128 {
+            return Ok(None);
+        }
+        let presented_digest = digest(presented);
+        let rows = sqlx::query(&format!(
+            "select {COLUMNS}, key_hash from api_keys where key_prefix = ? and revoked_at is null"
+        ))
+        .bind(&presented[..LOOKUP_LEN])
+        .fetch_all(&self.pool)
+        .await?;
+        for row in &rows {
+            let stored: Vec<u8> = row.try_get("key_hash")?;
+            if bool::from(stored.as_slice().ct_eq(&presented_digest)) {
+                let info = row_to_info(row)?;
+                self.touch(&info).await;
+                return Ok(Some(Caller {
+                    tenant: info.tenant,
+                    role: info.role,
+                    grant: ScopeGrant { user_ids: info.user_ids, agent_ids: info.agent_ids },
+                    principal_id: format!("key:{}", info.id),
+                    global_admin: false,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn touch(&self, info: &ApiKeyInfo) {
+        let now = Utc::now();
+        let fresh = info.last_used_at.is_some_and(|at| (now - at).num_seconds() < LAST_USED_RESOLUTION_SECS);
+        if fresh {
+            return;
+        }
+        let outcome = sqlx::query("update api_keys set last_used_at = ? where id = ?")
+            .bind(now.timestamp_micros())
+            .bind(info.id.to_string())
+            .execute(&self.pool)
+            .await;
+        if let Err(error) = outcome {
+            tracing::warn!(%error, key_id = %info.id, "could not record api key use");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_long_random_and_prefixed() {
+        let one = random_key().expect("key");
+        let two = random_key().expect("key");
+        assert!(one.starts_with(KEY_PREFIX));
+        assert_eq!(one.len(), KEY_PREFIX.len() + 43);
+        assert_ne!(one, two);
+    }
+
+    #[test]
+    fn grants_nest() {
+        let alice = vec!["alice".to_owned()];
+        let both = vec!["alice".to_owned(), "bob".to_owned()];
+        assert!(within(None, Some(&alice)));
+        assert!(within(Some(&both), Some(&alice)));
+        assert!(!within(Some(&alice), Some(&both)));
+        assert!(!within(Some(&alice), None));
+    }
+}

@@ -1,0 +1,83 @@
+//! The request log: one row per handled request (method, route template, status, latency,
+//! principal, tenant) in the SQLite history volume, written by a background task in batches so
+//! the request path never waits for it, and pruned after the retention period.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use mem0_core::history::{HistoryStore, RequestLogEntry};
+use serde::Deserialize;
+use tokio::sync::mpsc;
+
+/// Request log settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestLogSettings {
+    /// Record requests at all.
+    pub enabled: bool,
+    /// Days entries are kept.
+    pub retention_days: u32,
+}
+
+/// Largest number of entries waiting to be written; beyond it entries are dropped (and counted).
+const QUEUE: usize = 10_000;
+/// Most entries written in one transaction.
+const BATCH: usize = 500;
+
+/// Hands entries to the writer task.
+#[derive(Debug, Clone)]
+pub struct RequestLogWriter {
+    sender: Option<mpsc::Sender<RequestLogEntry>>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl RequestLogWriter {
+    /// A writer that records nothing.
+    pub fn disabled() -> Self {
+        Self { sender: None, dropped: Arc::default() }
+    }
+
+    /// Starts the writer and the pruning task.
+    pub fn spawn(history: HistoryStore, settings: &RequestLogSettings) -> Self {
+        if !settings.enabled {
+            return Self::disabled();
+        }
+        let (sender, mut receiver) = mpsc::channel::<RequestLogEntry>(QUEUE);
+        let writer_history = history.clone();
+        tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(BATCH);
+            while receiver.recv_many(&mut batch, BATCH).await > 0 {
+                if let Err(error) = writer_history.append_requests(&batch).await {
+                    tracing::warn!(%error, entries = batch.len(), "could not write the request log");
+                }
+                batch.clear();
+            }
+        });
+        let retention = chrono::Duration::days(i64::from(settings.retention_days.max(1)));
+        tokio::spawn(async move {
+            let mut every_hour = tokio::time::interval(Duration::from_secs(3600));
+            loop {
+                every_hour.tick().await;
+                match history.prune_requests(Utc::now() - retention).await {
+                    Ok(0) => {}
+                    Ok(pruned) => tracing::info!(pruned, "pruned the request log"),
+                    Err(error) => tracing::warn!(%error, "could not prune the request log"),
+                }
+            }
+        });
+        Self { sender: Some(sender), dropped: Arc::default() }
+    }
+
+    /// Queues one entry without waiting.
+    pub fn record(&self, entry: RequestLogEntry) {
+        let Some(sender) = &self.sender else { return };
+        if sender.try_send(entry).is_err() {
+            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if dropped.is_power_of_two() {
+                tracing::warn!(dropped, "request log queue full: entries dropped");
+            }
+        }
+    }
+}

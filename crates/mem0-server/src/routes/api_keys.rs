@@ -1,0 +1,177 @@
+//! API key management (admin): create (the key is shown once), list, revoke.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use mem0_core::auth::{ApiKeyInfo, NewApiKey};
+use mem0_core::{Role, ScopeGrant};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::MessageResponse;
+use crate::error::{ApiError, AppJson, AppPath, ErrorBody, ErrorCode};
+use crate::state::{AppState, RequestCaller};
+
+pub(super) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(create_api_key, list_api_keys)).routes(routes!(revoke_api_key))
+}
+
+/// Body of `POST /api-keys`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateApiKeyRequest {
+    /// Free text to recognise the key by.
+    #[schema(example = "support bot")]
+    pub label: String,
+    /// `read`, `write` or `admin`.
+    #[schema(value_type = String, example = "write")]
+    pub role: Role,
+    /// Only these users' memories (leave out for every user of the tenant).
+    #[serde(default)]
+    pub user_ids: Option<Vec<String>>,
+    /// Only these agents' memories (leave out for every agent).
+    #[serde(default)]
+    pub agent_ids: Option<Vec<String>>,
+    /// Tenant of the key; only the global admin may name another tenant than its own.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+/// An API key (never its secret, except once at creation).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ApiKeyResponse {
+    /// Key id.
+    pub id: Uuid,
+    /// The key itself: present only in the creation response. Store it now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Owning tenant.
+    pub tenant: String,
+    /// First characters of the key.
+    pub key_prefix: String,
+    /// Label.
+    pub label: String,
+    /// `read`, `write` or `admin`.
+    #[schema(value_type = String)]
+    pub role: Role,
+    /// Allowed users (`null`: all).
+    pub user_ids: Option<Vec<String>>,
+    /// Allowed agents (`null`: all).
+    pub agent_ids: Option<Vec<String>>,
+    /// Who created it.
+    pub created_by: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last use (minute resolution).
+    pub last_used_at: Option<DateTime<Utc>>,
+    /// Revocation time.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+impl ApiKeyResponse {
+    fn from_info(info: ApiKeyInfo, key: Option<String>) -> Self {
+        Self {
+            id: info.id,
+            key,
+            tenant: info.tenant,
+            key_prefix: info.key_prefix,
+            label: info.label,
+            role: info.role,
+            user_ids: info.user_ids,
+            agent_ids: info.agent_ids,
+            created_by: info.created_by,
+            created_at: info.created_at,
+            last_used_at: info.last_used_at,
+            revoked_at: info.revoked_at,
+        }
+    }
+}
+
+/// The keys of a tenant.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ApiKeyList {
+    /// Newest first, revoked ones included.
+    pub results: Vec<ApiKeyResponse>,
+}
+
+/// Create an API key (admin); the key is returned once
+#[utoipa::path(
+    post,
+    path = "/api-keys",
+    tag = "admin",
+    request_body = CreateApiKeyRequest,
+    responses(
+        (status = 201, description = "Created; `key` is shown only now", body = ApiKeyResponse),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Not an admin, or asking for more than the creator may do", body = ErrorBody),
+        (status = 429, description = "Rate limited", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn create_api_key(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+    AppJson(body): AppJson<CreateApiKeyRequest>,
+) -> Result<(StatusCode, AppJson<ApiKeyResponse>), ApiError> {
+    let new = NewApiKey {
+        tenant: body.tenant,
+        label: body.label,
+        role: body.role,
+        grant: ScopeGrant { user_ids: body.user_ids, agent_ids: body.agent_ids },
+    };
+    let created = state.memory.history_store().api_keys().create(&caller, new).await?;
+    tracing::info!(key_id = %created.info.id, tenant = %created.info.tenant, role = ?created.info.role, "api key created");
+    Ok((StatusCode::CREATED, AppJson(ApiKeyResponse::from_info(created.info, Some(created.key)))))
+}
+
+/// List the API keys of the caller's tenant (admin)
+#[utoipa::path(
+    get,
+    path = "/api-keys",
+    tag = "admin",
+    responses(
+        (status = 200, description = "Keys, newest first", body = ApiKeyList),
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Not an admin", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn list_api_keys(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+) -> Result<AppJson<ApiKeyList>, ApiError> {
+    let keys = state.memory.history_store().api_keys().list(&caller).await?;
+    Ok(AppJson(ApiKeyList { results: keys.into_iter().map(|info| ApiKeyResponse::from_info(info, None)).collect() }))
+}
+
+/// Revoke an API key (admin)
+#[utoipa::path(
+    delete,
+    path = "/api-keys/{key_id}",
+    tag = "admin",
+    params(("key_id" = String, Path, description = "Key id (UUID)")),
+    responses(
+        (status = 200, description = "Revoked", body = MessageResponse),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Not an admin", body = ErrorBody),
+        (status = 404, description = "No such key, or already revoked", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn revoke_api_key(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+    AppPath(key_id): AppPath<String>,
+) -> Result<AppJson<MessageResponse>, ApiError> {
+    let id = Uuid::parse_str(&key_id).map_err(|_| {
+        ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::ValidationFailed, "invalid key_id: expected a UUID")
+    })?;
+    state.memory.history_store().api_keys().revoke(&caller, id).await?;
+    tracing::info!(key_id = %id, "api key revoked");
+    Ok(AppJson(MessageResponse { message: "API key revoked".to_owned() }))
+}

@@ -1,0 +1,101 @@
+//! `GET /requests`: the request log (admin).
+
+use axum::extract::State;
+use chrono::{DateTime, Utc};
+use mem0_core::Role;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::{ApiError, AppJson, AppQuery, ErrorBody};
+use crate::state::{AppState, RequestCaller};
+
+pub(super) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_requests))
+}
+
+/// Query of `GET /requests`.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RequestsQuery {
+    /// Entries per page, 1 to 200 (default 50).
+    pub limit: Option<usize>,
+    /// The `next` value of the previous page.
+    pub before: Option<i64>,
+}
+
+/// One logged request.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RequestEntry {
+    /// Entry id (increasing).
+    pub id: i64,
+    /// When it finished.
+    pub at: DateTime<Utc>,
+    /// HTTP method.
+    pub method: String,
+    /// Route template, e.g. `/memories/{memory_id}`.
+    pub route: String,
+    /// Response status.
+    pub status: u16,
+    /// Handling time in milliseconds.
+    pub latency_ms: f64,
+    /// Who called.
+    pub principal_id: Option<String>,
+    /// The caller's tenant.
+    pub tenant: Option<String>,
+}
+
+/// A page of the request log.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RequestsResponse {
+    /// Newest first.
+    pub results: Vec<RequestEntry>,
+    /// Pass as `before` for the next page; `null` on the last.
+    pub next: Option<i64>,
+}
+
+/// Recent requests of the caller's tenant, newest first (admin)
+///
+/// The log is written in the background: a request shows up a moment after it finished.
+#[utoipa::path(
+    get,
+    path = "/requests",
+    tag = "admin",
+    params(RequestsQuery),
+    responses(
+        (status = 200, description = "One page", body = RequestsResponse),
+        (status = 400, description = "Invalid limit", body = ErrorBody),
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Not an admin", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn list_requests(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+    AppQuery(query): AppQuery<RequestsQuery>,
+) -> Result<AppJson<RequestsResponse>, ApiError> {
+    caller.require(Role::Admin)?;
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=200).contains(&limit) {
+        return Err(ApiError::validation("limit", "must be between 1 and 200"));
+    }
+    let tenant = (!caller.global_admin).then_some(caller.tenant.as_str());
+    let entries = state.memory.history_store().recent_requests(tenant, query.before, limit).await?;
+    let next = (entries.len() == limit).then(|| entries.last().map(|entry| entry.id)).flatten();
+    let results = entries
+        .into_iter()
+        .map(|entry| RequestEntry {
+            id: entry.id,
+            at: entry.at,
+            method: entry.method,
+            route: entry.route,
+            status: entry.status,
+            latency_ms: entry.latency_ms,
+            principal_id: entry.principal_id,
+            tenant: entry.tenant,
+        })
+        .collect();
+    Ok(AppJson(RequestsResponse { results, next }))
+}

@@ -1,0 +1,582 @@
+//! The security suite: every protected route against missing, wrong, revoked and forged
+//! credentials; tenants and user-bound keys that must not see each other; filter tricks; admin
+//! routes; rate limits; unsafe startup settings.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use mem0_http_tests::{local_embedder, test_settings, Reply, TestServer};
+use mem0_server::config::Settings;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+const ADMIN_KEY: &str = "bootstrap-admin-key-0123456789-abcdefghij";
+const HS_SECRET: &str = "hs256-test-secret-0123456789-abcdefghijklmnop";
+const RSA_PRIVATE: &str = include_str!("../fixtures/rsa-private.pem");
+const RSA_PUBLIC: &str = include_str!("../fixtures/rsa-public.pem");
+const EC_PRIVATE: &str = include_str!("../fixtures/ec-private.pem");
+
+fn secure_settings() -> Settings {
+    let mut settings = test_settings();
+    settings.auth.disabled = false;
+    settings.auth.admin_api_key = Some(ADMIN_KEY.to_owned().into());
+    settings.auth.jwt.hs256_secret = Some(HS_SECRET.to_owned().into());
+    settings.auth.jwt.public_key_pem = Some(RSA_PUBLIC.to_owned());
+    settings.auth.jwt.audience = Some("mem0".to_owned());
+    settings.auth.jwt.issuer = Some("https://id.test".to_owned());
+    // The matrix sends hundreds of bad-credential requests from one address.
+    settings.rate_limit.open_per_minute = 10_000;
+    settings
+}
+
+fn now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_secs() as i64).unwrap_or_default()
+}
+
+fn claims(tenant: &str, subject: &str, roles: &[&str]) -> Value {
+    json!({"tenant": tenant, "sub": subject, "roles": roles, "aud": "mem0", "iss": "https://id.test", "iat": now(), "exp": now() + 600})
+}
+
+fn sign(algorithm: Algorithm, claims: &Value) -> String {
+    let key = match algorithm {
+        Algorithm::HS256 => EncodingKey::from_secret(HS_SECRET.as_bytes()),
+        Algorithm::RS256 => EncodingKey::from_rsa_pem(RSA_PRIVATE.as_bytes()).expect("rsa key"),
+        Algorithm::ES256 => EncodingKey::from_ec_pem(EC_PRIVATE.as_bytes()).expect("ec key"),
+        other => panic!("no test key for {other:?}"),
+    };
+    jsonwebtoken::encode(&Header::new(algorithm), claims, &key).expect("sign")
+}
+
+/// Who is calling, as headers.
+#[derive(Clone, Debug)]
+enum As {
+    Nobody,
+    Key(String),
+    TokenScheme(String),
+    Bearer(String),
+}
+
+async fn call(server: &TestServer, who: &As, method: Method, path: &str, body: Option<Value>) -> Reply {
+    let mut request = server.client.request(method, format!("{}{path}", server.base));
+    request = match who {
+        As::Nobody => request,
+        As::Key(key) => request.header("x-api-key", key),
+        As::TokenScheme(key) => request.header("authorization", format!("Token {key}")),
+        As::Bearer(token) => request.header("authorization", format!("Bearer {token}")),
+    };
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    Reply::read_public(request.send().await.expect("send")).await
+}
+
+/// Two tenants, keys of every kind, and one memory per (tenant, user).
+struct World {
+    server: TestServer,
+    admin: As,
+    acme_admin: As,
+    alice_writer: As,
+    acme_reader: As,
+    globex_writer: As,
+    revoked: As,
+    alice_memory: String,
+    bob_memory: String,
+    globex_memory: String,
+    globex_key_id: String,
+}
+
+async fn create_key(server: &TestServer, creator: &As, body: Value) -> (String, String) {
+    let reply = call(server, creator, Method::POST, "/api-keys", Some(body.clone())).await;
+    assert_eq!(reply.status, 201, "create key {body}: {}", reply.body);
+    let key = reply.body["key"].as_str().expect("key shown once").to_owned();
+    (key, reply.body["id"].as_str().expect("id").to_owned())
+}
+
+async fn add(server: &TestServer, who: &As, user: &str, text: &str) -> Reply {
+    let body = json!({"messages": [{"role": "user", "content": text}], "user_id": user, "infer": false});
+    call(server, who, Method::POST, "/memories", Some(body)).await
+}
+
+fn first_id(reply: &Reply) -> String {
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.body["results"][0]["id"].as_str().expect("id").to_owned()
+}
+
+async fn world() -> World {
+    let server = TestServer::start_with(secure_settings(), local_embedder().await).await;
+    let admin = As::Key(ADMIN_KEY.to_owned());
+    let (acme_admin, _) =
+        create_key(&server, &admin, json!({"label": "acme admin", "role": "admin", "tenant": "acme"})).await;
+    let acme_admin = As::Key(acme_admin);
+    let (alice, _) =
+        create_key(&server, &acme_admin, json!({"label": "alice app", "role": "write", "user_ids": ["alice"]})).await;
+    let (reader, _) = create_key(&server, &acme_admin, json!({"label": "analytics", "role": "read"})).await;
+    let (globex, globex_key_id) =
+        create_key(&server, &admin, json!({"label": "globex", "role": "write", "tenant": "globex"})).await;
+    let (revoked, revoked_id) = create_key(&server, &acme_admin, json!({"label": "old", "role": "write"})).await;
+    let reply = call(&server, &acme_admin, Method::DELETE, &format!("/api-keys/{revoked_id}"), None).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+
+    let alice_writer = As::Key(alice);
+    let alice_memory = first_id(&add(&server, &alice_writer, "alice", "alice likes oolong tea").await);
+    let bob_memory = first_id(&add(&server, &acme_admin, "bob", "bob likes espresso").await);
+    let globex_writer = As::Key(globex);
+    let globex_memory = first_id(&add(&server, &globex_writer, "alice", "globex alice likes matcha").await);
+    World {
+        server,
+        admin,
+        acme_admin,
+        alice_writer,
+        acme_reader: As::Key(reader),
+        globex_writer,
+        revoked: As::Key(revoked),
+        alice_memory,
+        bob_memory,
+        globex_memory,
+        globex_key_id,
+    }
+}
+
+/// Every protected route with a valid body.
+fn protected_routes(memory: &str) -> Vec<(Method, String, Option<Value>)> {
+    vec![
+        (
+            Method::POST,
+            "/memories".into(),
+            Some(json!({"messages": [{"role": "user", "content": "x"}], "user_id": "alice", "infer": false})),
+        ),
+        (Method::GET, "/memories?user_id=alice".into(), None),
+        (Method::GET, format!("/memories/{memory}"), None),
+        (Method::PUT, format!("/memories/{memory}"), Some(json!({"text": "changed"}))),
+        (Method::DELETE, format!("/memories/{memory}"), None),
+        (Method::DELETE, "/memories?user_id=alice".into(), None),
+        (Method::GET, format!("/memories/{memory}/history"), None),
+        (Method::POST, "/search".into(), Some(json!({"query": "tea", "user_id": "alice"}))),
+        (Method::POST, "/reset".into(), None),
+        (Method::GET, "/entities".into(), None),
+        (Method::DELETE, "/entities/user/alice".into(), None),
+        (Method::GET, "/requests".into(), None),
+        (Method::POST, "/api-keys".into(), Some(json!({"label": "x", "role": "read"}))),
+        (Method::GET, "/api-keys".into(), None),
+        (Method::DELETE, format!("/api-keys/{}", uuid::Uuid::new_v4()), None),
+    ]
+}
+
+#[tokio::test]
+async fn bad_credentials_are_401_on_every_protected_route() {
+    let world = world().await;
+    let server = &world.server;
+    let expired = sign(
+        Algorithm::HS256,
+        &json!({"tenant": "acme", "sub": "alice", "aud": "mem0", "iss": "https://id.test", "exp": now() - 3600}),
+    );
+    let wrong_audience = sign(
+        Algorithm::HS256,
+        &json!({"tenant": "acme", "sub": "alice", "aud": "other", "iss": "https://id.test", "exp": now() + 600}),
+    );
+    let wrong_issuer = sign(
+        Algorithm::HS256,
+        &json!({"tenant": "acme", "sub": "alice", "aud": "mem0", "iss": "https://evil.test", "exp": now() + 600}),
+    );
+    let not_yet = sign(
+        Algorithm::HS256,
+        &json!({"tenant": "acme", "sub": "alice", "aud": "mem0", "iss": "https://id.test", "nbf": now() + 3600, "exp": now() + 7200}),
+    );
+    let no_tenant =
+        sign(Algorithm::HS256, &json!({"sub": "alice", "aud": "mem0", "iss": "https://id.test", "exp": now() + 600}));
+    let unsigned = format!(
+        "{}.{}.",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"none","typ":"JWT"}"#),
+        URL_SAFE_NO_PAD.encode(claims("acme", "alice", &["admin"]).to_string())
+    );
+    // HS256 signed with the RSA public key as the HMAC secret: the classic algorithm confusion.
+    let confused = jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        &claims("acme", "alice", &["admin"]),
+        &EncodingKey::from_secret(RSA_PUBLIC.as_bytes()),
+    )
+    .expect("sign");
+    let tampered = {
+        let token = sign(Algorithm::HS256, &claims("acme", "alice", &["write"]));
+        let mut parts: Vec<String> = token.split('.').map(str::to_owned).collect();
+        parts[1] = URL_SAFE_NO_PAD.encode(claims("acme", "alice", &["admin"]).to_string());
+        parts.join(".")
+    };
+    let es_not_configured = sign(Algorithm::ES256, &claims("acme", "alice", &["write"]));
+    let callers = [
+        ("no credentials", As::Nobody),
+        ("unknown key", As::Key("m0sk_thisisnotarealkeyatall0000000000000000000".into())),
+        ("garbage key", As::Key("hunter2".into())),
+        ("near-miss admin key", As::Key(format!("{ADMIN_KEY}x"))),
+        ("revoked key", world.revoked.clone()),
+        ("expired jwt", As::Bearer(expired)),
+        ("wrong-audience jwt", As::Bearer(wrong_audience)),
+        ("wrong-issuer jwt", As::Bearer(wrong_issuer)),
+        ("not-yet-valid jwt", As::Bearer(not_yet)),
+        ("jwt without tenant", As::Bearer(no_tenant)),
+        ("alg none jwt", As::Bearer(unsigned)),
+        ("hs/rs confusion jwt", As::Bearer(confused)),
+        ("tampered jwt", As::Bearer(tampered)),
+        ("es256 jwt without an es key", As::Bearer(es_not_configured)),
+        ("garbage bearer", As::Bearer("not.a.jwt".into())),
+    ];
+    for (name, who) in &callers {
+        for (method, path, body) in protected_routes(&world.alice_memory) {
+            let reply = call(server, who, method.clone(), &path, body).await;
+            reply.assert_error(401, "unauthenticated");
+            assert!(reply.headers.contains_key("www-authenticate"), "{name}: {method} {path}");
+        }
+    }
+    // Nothing changed.
+    let reply = call(server, &world.acme_admin, Method::GET, &format!("/memories/{}", world.alice_memory), None).await;
+    assert_eq!(reply.body["memory"], "alice likes oolong tea");
+    // Unsupported schemes are refused, not ignored.
+    let raw = server
+        .client
+        .get(format!("{}/memories?user_id=alice", server.base))
+        .header("authorization", "Basic YWxpY2U6cGFzcw==")
+        .send()
+        .await
+        .expect("send");
+    Reply::read_public(raw).await.assert_error(401, "unauthenticated");
+}
+
+#[tokio::test]
+async fn open_routes_need_no_credentials() {
+    let world = world().await;
+    for path in ["/health", "/ready", "/openapi.json"] {
+        assert_eq!(call(&world.server, &As::Nobody, Method::GET, path, None).await.status, 200, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn tenants_never_see_each_other() {
+    let world = world().await;
+    let server = &world.server;
+    for (method, path, body) in [
+        (Method::GET, format!("/memories/{}", world.alice_memory), None),
+        (Method::PUT, format!("/memories/{}", world.alice_memory), Some(json!({"text": "pwned"}))),
+        (Method::DELETE, format!("/memories/{}", world.alice_memory), None),
+        (Method::GET, format!("/memories/{}/history", world.alice_memory), None),
+    ] {
+        call(server, &world.globex_writer, method, &path, body).await.assert_error(404, "memory_not_found");
+    }
+    // Same user id, other tenant: only the caller's own tenant's memories.
+    let reply = call(server, &world.globex_writer, Method::GET, "/memories?user_id=alice", None).await;
+    assert_eq!(mem0_http_tests::texts(&reply.body["results"]), ["globex alice likes matcha"]);
+    let reply = call(
+        server,
+        &world.globex_writer,
+        Method::POST,
+        "/search",
+        Some(json!({"query": "tea", "user_id": "alice", "threshold": 0.0})),
+    )
+    .await;
+    assert_eq!(mem0_http_tests::texts(&reply.body["results"]), ["globex alice likes matcha"]);
+    // The acme admin cannot reach globex either.
+    call(server, &world.acme_admin, Method::GET, &format!("/memories/{}", world.globex_memory), None)
+        .await
+        .assert_error(404, "memory_not_found");
+    call(server, &world.acme_admin, Method::DELETE, &format!("/api-keys/{}", world.globex_key_id), None)
+        .await
+        .assert_error(404, "api_key_not_found");
+    let reply = call(server, &world.acme_admin, Method::GET, "/api-keys", None).await;
+    let tenants: Vec<&str> = reply.body["results"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .map(|key| key["tenant"].as_str().expect("tenant"))
+        .collect();
+    assert!(!tenants.is_empty() && tenants.iter().all(|tenant| *tenant == "acme"), "{tenants:?}");
+    let listed = reply.body["results"].as_array().expect("keys");
+    assert!(listed.iter().all(|key| key.get("key").is_none()), "secrets are never listed: {}", reply.body);
+    // Tenant admins cannot mint keys elsewhere.
+    call(
+        server,
+        &world.acme_admin,
+        Method::POST,
+        "/api-keys",
+        Some(json!({"label": "x", "role": "admin", "tenant": "globex"})),
+    )
+    .await
+    .assert_error(403, "forbidden");
+    // Entities stay in the tenant.
+    let reply = call(server, &world.acme_admin, Method::GET, "/entities?type=user", None).await;
+    let users: Vec<&str> =
+        reply.body["results"].as_array().expect("entities").iter().map(|e| e["id"].as_str().expect("id")).collect();
+    assert_eq!(users, ["alice", "bob"]);
+    // A tenant reset leaves other tenants alone; a global reset needs the global admin.
+    call(server, &world.acme_admin, Method::POST, "/reset?scope=global", None).await.assert_error(403, "forbidden");
+    assert_eq!(call(server, &world.acme_admin, Method::POST, "/reset", None).await.status, 200);
+    call(server, &world.acme_admin, Method::GET, &format!("/memories/{}", world.bob_memory), None)
+        .await
+        .assert_error(404, "memory_not_found");
+    assert_eq!(
+        call(server, &world.globex_writer, Method::GET, &format!("/memories/{}", world.globex_memory), None)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(call(server, &world.admin, Method::POST, "/reset?scope=global", None).await.status, 200);
+    call(server, &world.globex_writer, Method::GET, &format!("/memories/{}", world.globex_memory), None)
+        .await
+        .assert_error(404, "memory_not_found");
+}
+
+#[tokio::test]
+async fn user_bound_keys_stay_in_their_scope() {
+    let world = world().await;
+    let server = &world.server;
+    let alice = &world.alice_writer;
+    // Own scope works.
+    assert_eq!(add(server, alice, "alice", "alice moved to Porto").await.status, 200);
+    let reply = call(server, alice, Method::GET, "/memories?user_id=alice", None).await;
+    assert_eq!(reply.status, 200);
+    // Other users, or no user at all, are refused.
+    add(server, alice, "bob", "written as bob").await.assert_error(403, "forbidden");
+    call(server, alice, Method::GET, "/memories?user_id=bob", None).await.assert_error(403, "forbidden");
+    call(server, alice, Method::GET, "/memories", None).await.assert_error(403, "forbidden");
+    call(server, alice, Method::POST, "/search", Some(json!({"query": "coffee", "user_id": "bob"})))
+        .await
+        .assert_error(403, "forbidden");
+    call(server, alice, Method::POST, "/search", Some(json!({"query": "coffee", "filters": {"agent_id": "x"}})))
+        .await
+        .assert_error(403, "forbidden");
+    for (method, path, body) in [
+        (Method::GET, format!("/memories/{}", world.bob_memory), None),
+        (Method::PUT, format!("/memories/{}", world.bob_memory), Some(json!({"text": "pwned"}))),
+        (Method::DELETE, format!("/memories/{}", world.bob_memory), None),
+        (Method::GET, format!("/memories/{}/history", world.bob_memory), None),
+    ] {
+        call(server, alice, method, &path, body).await.assert_error(404, "memory_not_found");
+    }
+    // Filter tricks cannot widen the scope.
+    for filters in [
+        json!({"user_id": "alice", "OR": [{"user_id": "bob"}, {"user_id": {"ne": "alice"}}]}),
+        json!({"user_id": "alice", "NOT": [{"user_id": "alice"}]}),
+        json!({"user_id": "alice", "OR": [{"user_id": {"in": ["bob", "carol"]}}]}),
+    ] {
+        let reply = call(
+            server,
+            alice,
+            Method::POST,
+            "/search",
+            Some(json!({"query": "coffee", "filters": filters, "threshold": 0.0})),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert!(
+            reply.body["results"].as_array().expect("results").iter().all(|hit| hit["user_id"] == "alice"),
+            "{filters}: {}",
+            reply.body
+        );
+    }
+    call(server, alice, Method::POST, "/search", Some(json!({"query": "coffee", "filters": {"user_id": "*"}})))
+        .await
+        .assert_error(400, "validation_failed");
+    call(server, alice, Method::GET, "/memories?user_id=*", None).await.assert_error(400, "validation_failed");
+    // The same holds for a JWT speaking for alice.
+    let alice_token = As::Bearer(sign(Algorithm::HS256, &claims("acme", "alice", &["write"])));
+    assert_eq!(
+        call(server, &alice_token, Method::GET, &format!("/memories/{}", world.alice_memory), None).await.status,
+        200
+    );
+    call(server, &alice_token, Method::GET, &format!("/memories/{}", world.bob_memory), None)
+        .await
+        .assert_error(404, "memory_not_found");
+    call(server, &alice_token, Method::GET, "/memories?user_id=bob", None).await.assert_error(403, "forbidden");
+    let rs_admin = As::Bearer(sign(Algorithm::RS256, &claims("acme", "ops", &["admin"])));
+    assert_eq!(
+        call(server, &rs_admin, Method::GET, &format!("/memories/{}", world.bob_memory), None).await.status,
+        200,
+        "RS256 tenant admin"
+    );
+}
+
+#[tokio::test]
+async fn roles_gate_writes_and_admin_routes() {
+    let world = world().await;
+    let server = &world.server;
+    let reader = &world.acme_reader;
+    assert_eq!(call(server, reader, Method::GET, &format!("/memories/{}", world.bob_memory), None).await.status, 200);
+    assert_eq!(
+        call(server, reader, Method::POST, "/search", Some(json!({"query": "coffee", "user_id": "bob"}))).await.status,
+        200
+    );
+    add(server, reader, "bob", "reader writes").await.assert_error(403, "forbidden");
+    call(server, reader, Method::PUT, &format!("/memories/{}", world.bob_memory), Some(json!({"text": "x"})))
+        .await
+        .assert_error(403, "forbidden");
+    call(server, reader, Method::DELETE, &format!("/memories/{}", world.bob_memory), None)
+        .await
+        .assert_error(403, "forbidden");
+    let read_token = As::Bearer(sign(Algorithm::HS256, &claims("acme", "bob", &["read"])));
+    call(server, &read_token, Method::PUT, &format!("/memories/{}", world.bob_memory), Some(json!({"text": "x"})))
+        .await
+        .assert_error(403, "forbidden");
+    for who in [&world.alice_writer, reader, &world.globex_writer] {
+        for (method, path, body) in [
+            (Method::POST, "/reset".to_owned(), None),
+            (Method::DELETE, "/memories?user_id=alice".to_owned(), None),
+            (Method::GET, "/entities".to_owned(), None),
+            (Method::DELETE, "/entities/user/alice".to_owned(), None),
+            (Method::GET, "/requests".to_owned(), None),
+            (Method::GET, "/api-keys".to_owned(), None),
+            (Method::POST, "/api-keys".to_owned(), Some(json!({"label": "escalate", "role": "admin"}))),
+        ] {
+            call(server, who, method, &path, body).await.assert_error(403, "forbidden");
+        }
+    }
+    // Still there after all those attempts.
+    assert_eq!(
+        call(server, &world.acme_admin, Method::GET, &format!("/memories/{}", world.alice_memory), None).await.status,
+        200
+    );
+    // `Authorization: Token <key>` (what Mem0's clients send) works like X-API-Key.
+    let As::Key(reader_key) = reader else { panic!("key") };
+    let reply = call(server, &As::TokenScheme(reader_key.clone()), Method::GET, "/memories?user_id=bob", None).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+#[tokio::test]
+async fn bad_bodies_with_valid_credentials() {
+    let mut settings = secure_settings();
+    settings.server.body_limit_bytes = 4096;
+    let server = TestServer::start_with(settings, local_embedder().await).await;
+    let admin = As::Key(ADMIN_KEY.to_owned());
+    let big = json!({"messages": [{"role": "user", "content": "x".repeat(10_000)}], "user_id": "u", "infer": false});
+    call(&server, &admin, Method::POST, "/memories", Some(big)).await.assert_error(413, "payload_too_large");
+    let raw = server
+        .client
+        .post(format!("{}/memories", server.base))
+        .header("x-api-key", ADMIN_KEY)
+        .header("content-type", "application/json")
+        .body("{\"messages\": [")
+        .send()
+        .await
+        .expect("send");
+    Reply::read_public(raw).await.assert_error(400, "invalid_json");
+}
+
+#[tokio::test]
+async fn request_log_records_templates_per_tenant() {
+    let world = world().await;
+    let server = &world.server;
+    let path = format!("/memories/{}", world.alice_memory);
+    assert_eq!(call(server, &world.alice_writer, Method::GET, &path, None).await.status, 200);
+    let mut entries = Value::Null;
+    for _ in 0..100 {
+        let reply = call(server, &world.acme_admin, Method::GET, "/requests?limit=200", None).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        if reply.body["results"]
+            .as_array()
+            .is_some_and(|all| all.iter().any(|e| e["route"] == "/memories/{memory_id}" && e["method"] == "GET"))
+        {
+            entries = reply.body;
+            break;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let all = entries["results"].as_array().expect("the GET shows up in the request log");
+    assert!(all.iter().all(|entry| entry["tenant"] == "acme"), "only the caller's tenant: {entries}");
+    assert!(!entries.to_string().contains(&world.alice_memory), "raw ids are never logged");
+    assert!(all.iter().any(|entry| entry["principal_id"].as_str().is_some_and(|id| id.starts_with("key:"))));
+    call(server, &world.acme_admin, Method::GET, "/requests?limit=500", None)
+        .await
+        .assert_error(400, "validation_failed");
+}
+
+#[tokio::test]
+async fn rate_limits_answer_429_with_retry_after() {
+    let mut settings = secure_settings();
+    settings.rate_limit.read_per_minute = 3;
+    settings.rate_limit.open_per_minute = 2;
+    let server = TestServer::start_with(settings, local_embedder().await).await;
+    let admin = As::Key(ADMIN_KEY.to_owned());
+    let (other, _) = create_key(&server, &admin, json!({"label": "other", "role": "read"})).await;
+    for remaining in ["2", "1", "0"] {
+        let reply = call(&server, &admin, Method::GET, "/memories?user_id=u", None).await;
+        assert_eq!(reply.status, 200);
+        assert_eq!(reply.headers["ratelimit-limit"], "3");
+        assert_eq!(reply.headers["ratelimit-remaining"], remaining);
+    }
+    let reply = call(&server, &admin, Method::GET, "/memories?user_id=u", None).await;
+    reply.assert_error(429, "rate_limited");
+    let retry_after: u64 = reply.headers["retry-after"].to_str().expect("header").parse().expect("seconds");
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    assert_eq!(reply.headers["ratelimit-remaining"], "0");
+    // Another principal has its own budget; writes have theirs.
+    assert_eq!(call(&server, &As::Key(other), Method::GET, "/memories?user_id=u", None).await.status, 200);
+    assert_eq!(add(&server, &admin, "u", "still allowed to write").await.status, 200);
+    // Failed credentials are limited per client address.
+    let bad = As::Key("m0sk_wrong".into());
+    call(&server, &bad, Method::GET, "/memories?user_id=u", None).await.assert_error(401, "unauthenticated");
+    call(&server, &bad, Method::GET, "/memories?user_id=u", None).await.assert_error(401, "unauthenticated");
+    call(&server, &bad, Method::GET, "/memories?user_id=u", None).await.assert_error(429, "rate_limited");
+}
+
+#[tokio::test]
+async fn unsafe_startup_settings_are_refused() {
+    let memory = || async {
+        let dir = tempfile::tempdir().expect("temp");
+        let store = mem0_core::store::SqliteStore::open(&dir.path().join("m.db")).await.expect("store");
+        let history = mem0_core::history::HistoryStore::open(&dir.path().join("h.db")).await.expect("history");
+        (
+            mem0_core::Memory::new(std::sync::Arc::new(store), history, local_embedder().await).await.expect("memory"),
+            dir,
+        )
+    };
+    let mut open_to_the_network = test_settings();
+    open_to_the_network.server.bind = "0.0.0.0:8000".parse().expect("address");
+    let (service, _dir) = memory().await;
+    let error = mem0_server::assemble_state(service, open_to_the_network.clone()).await.expect_err("refused");
+    assert!(error.to_string().contains("auth.disabled"), "{error}");
+    open_to_the_network.auth.allow_disabled_on_public_bind = true;
+    let (service, _dir) = memory().await;
+    assert!(mem0_server::assemble_state(service, open_to_the_network).await.is_ok(), "explicitly forced");
+
+    let mut short_admin = secure_settings();
+    short_admin.auth.admin_api_key = Some("short".to_owned().into());
+    let (service, _dir) = memory().await;
+    let error = mem0_server::assemble_state(service, short_admin).await.expect_err("short admin key");
+    assert!(error.to_string().contains("ADMIN_API_KEY"), "{error}");
+
+    let mut short_secret = secure_settings();
+    short_secret.auth.jwt.hs256_secret = Some("short".to_owned().into());
+    let (service, _dir) = memory().await;
+    assert!(mem0_server::assemble_state(service, short_secret).await.is_err());
+}
+
+#[tokio::test]
+async fn jwks_keys_are_fetched_and_unknown_kids_refused() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let provider = MockServer::start().await;
+    let jwks: Value = serde_json::from_str(include_str!("../fixtures/jwks.json")).expect("jwks fixture");
+    Mock::given(method("GET"))
+        .and(path("/.well-known/jwks.json"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(jwks))
+        .mount(&provider)
+        .await;
+    let mut settings = test_settings();
+    settings.auth.disabled = false;
+    settings.auth.jwt.jwks_url = Some(format!("{}/.well-known/jwks.json", provider.uri()));
+    let server = TestServer::start_with(settings, local_embedder().await).await;
+    let sign_with_kid = |kid: &str| {
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some(kid.to_owned());
+        let key = EncodingKey::from_rsa_pem(RSA_PRIVATE.as_bytes()).expect("rsa key");
+        let claims = json!({"tenant": "acme", "sub": "alice", "roles": "write", "exp": now() + 600});
+        jsonwebtoken::encode(&header, &claims, &key).expect("sign")
+    };
+    let good = As::Bearer(sign_with_kid("test-key-1"));
+    assert_eq!(add(&server, &good, "alice", "via jwks").await.status, 200);
+    let unknown = As::Bearer(sign_with_kid("rotated-away"));
+    add(&server, &unknown, "alice", "x").await.assert_error(401, "unauthenticated");
+    // HS256 is not accepted when only a JWKS is configured.
+    let hs = As::Bearer(sign(Algorithm::HS256, &json!({"tenant": "acme", "sub": "alice", "exp": now() + 600})));
+    add(&server, &hs, "alice", "x").await.assert_error(401, "unauthenticated");
+}
