@@ -71,9 +71,10 @@ impl TestServer {
     }
 
     /// Starts a server with `settings` (store paths are replaced by a temp dir) and `embedder`.
-    pub async fn start_with(settings: Settings, embedder: Arc<dyn Embedder>) -> Self {
+    pub async fn start_with(mut settings: Settings, embedder: Arc<dyn Embedder>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let data_dir = dir.path().to_path_buf();
+        settings.configure.state_path = data_dir.join("runtime-config.json");
         let store = SqliteStore::open(&data_dir.join("memories.db")).await.expect("open store");
         let history = HistoryStore::open(&data_dir.join("history.db")).await.expect("open history");
         let memory = Memory::new(Arc::new(store), history, embedder).await.expect("memory service");

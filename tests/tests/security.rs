@@ -161,6 +161,9 @@ fn protected_routes(memory: &str) -> Vec<(Method, String, Option<Value>)> {
         (Method::POST, "/api-keys".into(), Some(json!({"label": "x", "role": "read"}))),
         (Method::GET, "/api-keys".into(), None),
         (Method::DELETE, format!("/api-keys/{}", uuid::Uuid::new_v4()), None),
+        (Method::GET, "/configure".into(), None),
+        (Method::POST, "/configure".into(), Some(json!({"embedder": {"provider": "local"}}))),
+        (Method::GET, "/configure/providers".into(), None),
     ]
 }
 
@@ -425,6 +428,8 @@ async fn roles_gate_writes_and_admin_routes() {
             (Method::GET, "/requests".to_owned(), None),
             (Method::GET, "/api-keys".to_owned(), None),
             (Method::POST, "/api-keys".to_owned(), Some(json!({"label": "escalate", "role": "admin"}))),
+            (Method::GET, "/configure".to_owned(), None),
+            (Method::POST, "/configure".to_owned(), Some(json!({"embedder": {"provider": "local"}}))),
         ] {
             call(server, who, method, &path, body).await.assert_error(403, "forbidden");
         }

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, NaiveDate, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::{instrument, warn};
@@ -165,6 +165,16 @@ impl Memory {
         Ok(Self { store, history, embedder })
     }
 
+    /// Returns a service using `embedder` with the same stores, after checking the store's
+    /// embedding dimension against it.
+    ///
+    /// # Errors
+    /// [`Error::Config`] on a dimension mismatch; store errors.
+    pub async fn with_embedder(&self, embedder: Arc<dyn Embedder>) -> Result<Self> {
+        self.store.ensure_dimension(embedder.dimension(), embedder.model_id()).await?;
+        Ok(Self { store: Arc::clone(&self.store), history: self.history.clone(), embedder })
+    }
+
     /// Returns the history volume (history, message buffer, API keys, request log).
     pub fn history_store(&self) -> &HistoryStore {
         &self.history
@@ -229,8 +239,8 @@ impl Memory {
         if embeddings.len() != texts.len() {
             return Err(Error::Internal("embedder returned a wrong number of vectors".into()));
         }
-        let now = Utc::now();
-        let created_at = request.timestamp.unwrap_or(now);
+        let now = stored_now();
+        let created_at = request.timestamp.map(|at| at.trunc_subsecs(6)).unwrap_or(now);
         let records: Vec<MemoryRecord> = sources
             .iter()
             .zip(texts)
@@ -373,7 +383,7 @@ impl Memory {
         if let Some(expiration) = request.expiration_date {
             updated.expiration_date = expiration;
         }
-        let now = Utc::now();
+        let now = stored_now();
         updated.updated_at = now;
         if !self.store.update(&updated).await? {
             return Err(Error::MemoryNotFound { id: id.to_string() });
@@ -397,7 +407,7 @@ impl Memory {
         if self.store.delete(&caller.tenant, &[id]).await? == 0 {
             return Err(Error::MemoryNotFound { id: id.to_string() });
         }
-        let entry = HistoryRecord::for_event(&record, HistoryEvent::Delete, Some(record.memory.clone()), Utc::now());
+        let entry = HistoryRecord::for_event(&record, HistoryEvent::Delete, Some(record.memory.clone()), stored_now());
         if let Err(error) = self.history.append(&[entry]).await {
             self.undo("delete", self.store.insert(std::slice::from_ref(&record)).await);
             return Err(error);
@@ -422,7 +432,7 @@ impl Memory {
         caller.check_scope(&scope)?;
         let query = self.scoped_query(caller, scope, None, true);
         let deleted = self.store.delete_matching(&query).await?;
-        let now = Utc::now();
+        let now = stored_now();
         let entries: Vec<HistoryRecord> = deleted
             .iter()
             .map(|record| HistoryRecord::for_event(record, HistoryEvent::Delete, Some(record.memory.clone()), now))
@@ -550,6 +560,12 @@ impl Memory {
             warn!(operation, %error, "could not undo a memory write after a history failure");
         }
     }
+}
+
+/// The current time at the precision the stores keep (microseconds), so what a write returns
+/// equals what a later read returns.
+fn stored_now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
 }
 
 fn check_bound(field: &str, value: usize) -> Result<()> {

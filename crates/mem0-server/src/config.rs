@@ -11,6 +11,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 use crate::auth::AuthSettings;
+use crate::configure::ConfigureSettings;
 use crate::rate_limit::RateLimitSettings;
 use crate::request_log::RequestLogSettings;
 
@@ -33,6 +34,8 @@ pub struct Settings {
     pub rate_limit: RateLimitSettings,
     /// The request log.
     pub request_log: RequestLogSettings,
+    /// Runtime configuration changes (`POST /configure`).
+    pub configure: ConfigureSettings,
 }
 
 /// Listener and request limits.

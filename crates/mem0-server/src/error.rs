@@ -47,6 +47,8 @@ pub enum ErrorCode {
     RateLimited,
     /// No such API key (or not in the caller's tenant).
     ApiKeyNotFound,
+    /// A configuration change was refused; nothing changed.
+    ConfigurationRejected,
     /// `infer=true` needs an LLM and none is configured.
     LlmNotConfigured,
     /// The provider rejected our credentials.

@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod configure;
 pub mod error;
 pub mod guard;
 pub mod openapi;
@@ -72,7 +73,8 @@ async fn method_not_allowed() -> impl IntoResponse {
 ///
 /// # Errors
 /// Any startup failure, with a message saying what to fix.
-pub async fn build_state(settings: Settings) -> anyhow::Result<AppState> {
+pub async fn build_state(mut settings: Settings) -> anyhow::Result<AppState> {
+    configure::apply_persisted(&mut settings)?;
     let memory = Memory::from_config(&settings.memory)
         .await
         .map_err(|error| anyhow::anyhow!("cannot start the memory service: {error}"))?;
@@ -104,7 +106,8 @@ pub async fn assemble_state(memory: Memory, settings: Settings) -> anyhow::Resul
         limits
     });
     let request_log = request_log::RequestLogWriter::spawn(memory.history_store().clone(), &settings.request_log);
-    Ok(AppState { memory: Arc::new(memory), settings: Arc::new(settings), auth: Arc::new(auth), limits, request_log })
+    let memory_handle = Arc::new(state::MemoryHandle::new(memory, settings.memory.embedder.clone()));
+    Ok(AppState { memory_handle, settings: Arc::new(settings), auth: Arc::new(auth), limits, request_log })
 }
 
 /// Serves `state` on `listener` until `shutdown` completes, then drains in-flight requests.

@@ -54,8 +54,8 @@ async fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
     );
     let state = mem0_server::build_state(settings).await?;
     tracing::info!(
-        model = state.memory.embedder().model_id(),
-        dimension = state.memory.embedder().dimension(),
+        model = state.memory().embedder().model_id(),
+        dimension = state.memory().embedder().dimension(),
         "embedder ready"
     );
     let listener = tokio::net::TcpListener::bind(bind)

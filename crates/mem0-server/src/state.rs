@@ -14,11 +14,36 @@ use crate::error::{ApiError, ErrorCode};
 use crate::rate_limit::Limits;
 use crate::request_log::RequestLogWriter;
 
+/// The memory service in effect; `POST /configure` swaps it atomically.
+#[derive(Debug)]
+pub struct MemoryHandle {
+    current: std::sync::RwLock<Arc<Memory>>,
+    /// Serialises configuration changes; holds the embedder settings in effect.
+    pub runtime: tokio::sync::Mutex<mem0_core::providers::embedder::EmbedderConfig>,
+}
+
+impl MemoryHandle {
+    /// Wraps the service built from `embedder`.
+    pub fn new(memory: Memory, embedder: mem0_core::providers::embedder::EmbedderConfig) -> Self {
+        Self { current: std::sync::RwLock::new(Arc::new(memory)), runtime: tokio::sync::Mutex::new(embedder) }
+    }
+
+    /// Returns the service in effect.
+    pub fn get(&self) -> Arc<Memory> {
+        Arc::clone(&self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Puts `memory` in effect for every request that starts from now on.
+    pub fn swap(&self, memory: Memory) {
+        *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(memory);
+    }
+}
+
 /// What every handler can reach.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    /// The memory service.
-    pub memory: Arc<Memory>,
+    /// The memory service (swappable).
+    pub memory_handle: Arc<MemoryHandle>,
     /// The loaded settings.
     pub settings: Arc<Settings>,
     /// Turns credentials into callers.
@@ -27,6 +52,13 @@ pub struct AppState {
     pub limits: Option<Arc<dyn Limits>>,
     /// The request log.
     pub request_log: RequestLogWriter,
+}
+
+impl AppState {
+    /// Returns the memory service in effect.
+    pub fn memory(&self) -> Arc<Memory> {
+        self.memory_handle.get()
+    }
 }
 
 /// The caller of the current request, established by the guard middleware; the core checks every

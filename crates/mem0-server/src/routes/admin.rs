@@ -45,11 +45,11 @@ pub async fn reset(
 ) -> Result<AppJson<MessageResponse>, ApiError> {
     match query.scope.as_deref().unwrap_or("tenant") {
         "tenant" => {
-            state.memory.reset(&caller).await?;
+            state.memory().reset(&caller).await?;
             tracing::warn!(tenant = %caller.tenant, principal = %caller.principal_id, "tenant reset");
         }
         "global" => {
-            state.memory.reset_all(&caller).await?;
+            state.memory().reset_all(&caller).await?;
             tracing::warn!(principal = %caller.principal_id, "global reset: every tenant's memories deleted");
         }
         _ => return Err(ApiError::validation("scope", "must be tenant or global")),

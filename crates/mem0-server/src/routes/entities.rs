@@ -92,7 +92,7 @@ pub async fn list_entities(
     AppQuery(query): AppQuery<EntitiesQuery>,
 ) -> Result<AppJson<EntitiesResponse>, ApiError> {
     let kind = query.kind.as_deref().map(parse_kind).transpose()?;
-    let page = state.memory.scopes(&caller, kind, query.cursor, query.limit.unwrap_or(DEFAULT_PAGE_SIZE)).await?;
+    let page = state.memory().scopes(&caller, kind, query.cursor, query.limit.unwrap_or(DEFAULT_PAGE_SIZE)).await?;
     Ok(AppJson(EntitiesResponse {
         results: page.items.into_iter().map(EntityResponse::from).collect(),
         next: page.next,
@@ -134,6 +134,6 @@ pub async fn delete_entity(
         ScopeKind::Agent => mem0_core::Scope::new(None, id, None),
         ScopeKind::Run => mem0_core::Scope::new(None, None, id),
     }?;
-    let deleted = state.memory.delete_all(&caller, scope).await?;
+    let deleted = state.memory().delete_all(&caller, scope).await?;
     Ok(AppJson(DeleteAllResponse { message: "Entity deleted".to_owned(), deleted }))
 }

@@ -37,6 +37,6 @@ pub async fn health() -> AppJson<StatusResponse> {
     )
 )]
 pub async fn ready(State(state): State<AppState>) -> Result<AppJson<StatusResponse>, ApiError> {
-    state.memory.ready().await?;
+    state.memory().ready().await?;
     Ok(AppJson(StatusResponse { status: "ready".to_owned() }))
 }

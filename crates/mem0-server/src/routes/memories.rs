@@ -302,7 +302,7 @@ pub async fn add_memories(
         prompt: body.prompt,
         timestamp,
     };
-    let added = state.memory.add(&caller, request).await?;
+    let added = state.memory().add(&caller, request).await?;
     Ok(AppJson(AddMemoriesResponse { results: added.into_iter().map(AddedMemoryResponse::from).collect() }))
 }
 
@@ -339,7 +339,7 @@ pub async fn list_memories(
         None => None,
     };
     let page = state
-        .memory
+        .memory()
         .list(
             &caller,
             ListRequest {
@@ -381,7 +381,7 @@ pub async fn delete_all_memories(
     AppQuery(query): AppQuery<ScopeQuery>,
 ) -> Result<AppJson<DeleteAllResponse>, ApiError> {
     let scope = scope_from(query.user_id.as_deref(), query.agent_id.as_deref(), query.run_id.as_deref())?;
-    let deleted = state.memory.delete_all(&caller, scope).await?;
+    let deleted = state.memory().delete_all(&caller, scope).await?;
     Ok(AppJson(DeleteAllResponse { message: "All relevant memories deleted".to_owned(), deleted }))
 }
 
@@ -408,7 +408,7 @@ pub async fn get_memory(
     AppPath(memory_id): AppPath<String>,
 ) -> Result<AppJson<MemoryResponse>, ApiError> {
     let id = parse_memory_id(&memory_id)?;
-    Ok(AppJson(state.memory.get(&caller, id).await?.into()))
+    Ok(AppJson(state.memory().get(&caller, id).await?.into()))
 }
 
 /// Update a memory's text, metadata (merged) or expiration
@@ -443,7 +443,7 @@ pub async fn update_memory(
         Some(Some(raw)) => Some(Some(parse_date("expiration_date", &raw)?)),
     };
     let request = UpdateRequest { text: body.text, metadata: body.metadata, expiration_date };
-    let updated = state.memory.update(&caller, id, request).await?;
+    let updated = state.memory().update(&caller, id, request).await?;
     Ok(AppJson(UpdateMemoryResponse { message: "Memory updated successfully!".to_owned(), result: updated.into() }))
 }
 
@@ -470,7 +470,7 @@ pub async fn delete_memory(
     AppPath(memory_id): AppPath<String>,
 ) -> Result<AppJson<MessageResponse>, ApiError> {
     let id = parse_memory_id(&memory_id)?;
-    state.memory.delete(&caller, id).await?;
+    state.memory().delete(&caller, id).await?;
     Ok(AppJson(MessageResponse { message: "Memory deleted successfully".to_owned() }))
 }
 
@@ -499,6 +499,6 @@ pub async fn memory_history(
     AppPath(memory_id): AppPath<String>,
 ) -> Result<AppJson<Vec<HistoryResponse>>, ApiError> {
     let id = parse_memory_id(&memory_id)?;
-    let entries = state.memory.history(&caller, id).await?;
+    let entries = state.memory().history(&caller, id).await?;
     Ok(AppJson(entries.into_iter().map(HistoryResponse::from).collect()))
 }

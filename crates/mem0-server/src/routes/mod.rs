@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod api_keys;
+pub mod configure;
 pub mod entities;
 pub mod health;
 pub mod memories;
@@ -24,6 +25,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(search::router())
         .merge(admin::router())
         .merge(api_keys::router())
+        .merge(configure::router())
         .merge(entities::router())
         .merge(requests::router())
         .merge(health::router())

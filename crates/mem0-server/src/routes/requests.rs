@@ -82,7 +82,7 @@ pub async fn list_requests(
         return Err(ApiError::validation("limit", "must be between 1 and 200"));
     }
     let tenant = (!caller.global_admin).then_some(caller.tenant.as_str());
-    let entries = state.memory.history_store().recent_requests(tenant, query.before, limit).await?;
+    let entries = state.memory().history_store().recent_requests(tenant, query.before, limit).await?;
     let next = (entries.len() == limit).then(|| entries.last().map(|entry| entry.id)).flatten();
     let results = entries
         .into_iter()

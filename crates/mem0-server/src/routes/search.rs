@@ -95,6 +95,6 @@ pub async fn search_memories(
         threshold: body.threshold.unwrap_or(DEFAULT_THRESHOLD),
         show_expired: body.show_expired.unwrap_or(false),
     };
-    let results = state.memory.search(&caller, request).await?;
+    let results = state.memory().search(&caller, request).await?;
     Ok(AppJson(SearchResponse { results: results.into_iter().map(MemoryResponse::from).collect() }))
 }

@@ -1,0 +1,362 @@
+//! Runtime configuration (`/configure`): a redacted view built from an allowlist of safe fields,
+//! and changes that are validated, built and checked against the stores before they are swapped
+//! in atomically. A failed change leaves the running configuration untouched. Changes are
+//! persisted without secrets (secrets only come from the environment or secret files) and applied
+//! again at startup. Provider base URLs may not point at link-local or cloud metadata addresses.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use axum::http::StatusCode;
+use mem0_core::providers::embedder::{build_embedder, EmbedderConfig, EmbedderProvider};
+use mem0_core::{Caller, Memory, Role};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+
+use crate::config::Settings;
+use crate::error::{ApiError, ErrorCode};
+use crate::state::AppState;
+
+/// Settings of runtime configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigureSettings {
+    /// Where changes are persisted.
+    pub state_path: PathBuf,
+    /// Allow provider URLs on link-local and metadata addresses.
+    pub allow_link_local_base_urls: bool,
+}
+
+/// A change to the runtime configuration. Sections given replace the running ones; secrets are
+/// not accepted here.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigurePatch {
+    /// The embedder.
+    #[serde(default)]
+    pub embedder: Option<EmbedderPatch>,
+}
+
+/// Embedder settings that can change at runtime.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedderPatch {
+    /// `local` or `openai`.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// Local model settings (replaced whole).
+    #[serde(default)]
+    pub local: Option<LocalEmbedderPatch>,
+    /// OpenAI-compatible settings (replaced whole; the API key stays as configured at startup).
+    #[serde(default)]
+    pub openai: Option<OpenAiEmbedderPatch>,
+}
+
+/// Local embedder settings.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LocalEmbedderPatch {
+    /// Model directory.
+    #[schema(value_type = String)]
+    pub model_dir: PathBuf,
+}
+
+/// OpenAI-compatible embedder settings.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OpenAiEmbedderPatch {
+    /// Base URL up to `/v1`; `null` means OPENAI_BASE_URL or OpenAI.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Model name.
+    pub model: String,
+    /// Output dimensions to request.
+    #[serde(default)]
+    pub dimensions: Option<usize>,
+    /// Request timeout, seconds.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// Texts per request.
+    #[serde(default)]
+    pub batch_size: Option<usize>,
+}
+
+fn rejected(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::ConfigurationRejected, message)
+}
+
+/// Keys that look like secrets anywhere in a configuration body.
+fn secret_key(value: &Value) -> Option<String> {
+    match value {
+        Value::Object(map) => map.iter().find_map(|(key, inner)| {
+            let lower = key.to_ascii_lowercase();
+            let secret = ["key", "secret", "token", "password", "credential"].iter().any(|word| lower.contains(word));
+            if secret {
+                Some(key.clone())
+            } else {
+                secret_key(inner)
+            }
+        }),
+        Value::Array(items) => items.iter().find_map(secret_key),
+        _ => None,
+    }
+}
+
+/// Returns `current` with `patch` applied.
+///
+/// # Errors
+/// A message naming the bad field.
+pub fn apply_patch(current: &EmbedderConfig, patch: &EmbedderPatch) -> Result<EmbedderConfig, String> {
+    let mut next = current.clone();
+    if let Some(provider) = &patch.provider {
+        next.provider = match provider.as_str() {
+            "local" => EmbedderProvider::Local,
+            "openai" => EmbedderProvider::Openai,
+            other => return Err(format!("embedder.provider `{other}` is not one of local, openai")),
+        };
+    }
+    if let Some(local) = &patch.local {
+        next.local.model_dir = local.model_dir.clone();
+    }
+    if let Some(openai) = &patch.openai {
+        if openai.model.trim().is_empty() {
+            return Err("embedder.openai.model cannot be empty".into());
+        }
+        let defaults = mem0_core::providers::embedder::OpenAiEmbedderConfig::default();
+        next.openai.base_url = openai.base_url.clone();
+        next.openai.model = openai.model.clone();
+        next.openai.dimensions = openai.dimensions;
+        next.openai.timeout_secs = openai.timeout_secs.unwrap_or(defaults.timeout_secs).clamp(1, 600);
+        next.openai.batch_size = openai.batch_size.unwrap_or(defaults.batch_size).clamp(1, 2048);
+    }
+    Ok(next)
+}
+
+fn full_patch(config: &EmbedderConfig) -> ConfigurePatch {
+    ConfigurePatch {
+        embedder: Some(EmbedderPatch {
+            provider: Some(match config.provider {
+                EmbedderProvider::Local => "local".to_owned(),
+                EmbedderProvider::Openai => "openai".to_owned(),
+            }),
+            local: Some(LocalEmbedderPatch { model_dir: config.local.model_dir.clone() }),
+            openai: Some(OpenAiEmbedderPatch {
+                base_url: config.openai.base_url.clone(),
+                model: config.openai.model.clone(),
+                dimensions: config.openai.dimensions,
+                timeout_secs: Some(config.openai.timeout_secs),
+                batch_size: Some(config.openai.batch_size),
+            }),
+        }),
+    }
+}
+
+/// Applies the persisted runtime configuration, if any, to `settings` (at startup).
+///
+/// # Errors
+/// An unreadable or invalid file, named.
+pub fn apply_persisted(settings: &mut Settings) -> anyhow::Result<()> {
+    let path = &settings.configure.state_path;
+    if !path.exists() {
+        return Ok(());
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|error| anyhow::anyhow!("cannot read {}: {error}", path.display()))?;
+    let patch: ConfigurePatch = serde_json::from_str(&text)
+        .map_err(|error| anyhow::anyhow!("{} is not a valid runtime configuration: {error}", path.display()))?;
+    if let Some(embedder) = &patch.embedder {
+        settings.memory.embedder = apply_patch(&settings.memory.embedder, embedder)
+            .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
+    }
+    tracing::info!(path = %path.display(), "applied the persisted runtime configuration");
+    Ok(())
+}
+
+fn persist(path: &Path, config: &EmbedderConfig) -> std::io::Result<()> {
+    if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    let text = serde_json::to_string_pretty(&full_patch(config)).map_err(std::io::Error::other)?;
+    let temporary = path.with_extension("json.tmp");
+    std::fs::write(&temporary, text)?;
+    std::fs::rename(&temporary, path)
+}
+
+/// Strips credentials and query strings from a URL before showing it.
+fn shown_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.set_query(None);
+            parsed.to_string()
+        }
+        Err(_) => "[unparsable]".to_owned(),
+    }
+}
+
+/// The configuration in effect, from an allowlist of safe fields only.
+pub fn redacted_view(config: &EmbedderConfig, memory: &Memory, settings: &Settings) -> Value {
+    json!({
+        "embedder": {
+            "provider": match config.provider { EmbedderProvider::Local => "local", EmbedderProvider::Openai => "openai" },
+            "model_id": memory.embedder().model_id(),
+            "dimension": memory.embedder().dimension(),
+            "local": { "model_dir": config.local.model_dir.display().to_string() },
+            "openai": {
+                "base_url": config.openai.base_url.as_deref().map(shown_url),
+                "model": config.openai.model,
+                "dimensions": config.openai.dimensions,
+                "timeout_secs": config.openai.timeout_secs,
+                "batch_size": config.openai.batch_size,
+                "api_key_configured": config.openai.api_key.is_some(),
+            },
+        },
+        "vector_store": { "provider": "sqlite" },
+        "llm": Value::Null,
+        "reranker": Value::Null,
+        "auth": {
+            "disabled": settings.auth.disabled,
+            "api_keys": true,
+            "jwt": settings.auth.jwt.hs256_secret.is_some() || settings.auth.jwt.public_key_pem.is_some()
+                || settings.auth.jwt.public_key_file.is_some() || settings.auth.jwt.jwks_url.is_some(),
+        },
+        "rate_limit": { "enabled": settings.rate_limit.enabled },
+    })
+}
+
+fn forbidden_ip(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            v4.is_link_local() || v4.is_unspecified() || v4.is_broadcast() || v4.octets() == [100, 100, 100, 200]
+        }
+        IpAddr::V6(v6) => {
+            if let Some(mapped) = v6.to_ipv4_mapped() {
+                return forbidden_ip(IpAddr::V4(mapped));
+            }
+            let segments = v6.segments();
+            (segments[0] & 0xffc0) == 0xfe80
+                || v6.is_unspecified()
+                || segments == [0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254]
+        }
+    }
+}
+
+/// Refuses base URLs on link-local or metadata addresses (after DNS resolution).
+///
+/// # Errors
+/// A message saying why.
+pub async fn check_base_url(raw: &str, allow_link_local: bool) -> Result<(), String> {
+    let url = url::Url::parse(raw).map_err(|error| format!("base_url `{raw}` is not a URL: {error}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("base_url must be http or https, got `{}`", url.scheme()));
+    }
+    if allow_link_local {
+        return Ok(());
+    }
+    let port = url.port_or_known_default().unwrap_or(443);
+    let addresses: Vec<IpAddr> = match url.host() {
+        Some(url::Host::Ipv4(ip)) => vec![IpAddr::V4(ip)],
+        Some(url::Host::Ipv6(ip)) => vec![IpAddr::V6(ip)],
+        Some(url::Host::Domain(domain)) => {
+            let lower = domain.to_ascii_lowercase();
+            let metadata_names = ["metadata.google.internal", "metadata", "instance-data", "metadata.azure.internal"];
+            if metadata_names.contains(&lower.trim_end_matches('.')) {
+                return Err(format!("base_url host `{domain}` is a cloud metadata service"));
+            }
+            tokio::net::lookup_host((domain, port))
+                .await
+                .map_err(|error| format!("base_url host `{domain}` does not resolve: {error}"))?
+                .map(|address| address.ip())
+                .collect()
+        }
+        None => return Err("base_url has no host".into()),
+    };
+    match addresses.into_iter().find(|ip| forbidden_ip(*ip)) {
+        Some(ip) => Err(format!(
+            "base_url resolves to {ip}, a link-local or metadata address; set configure.allow_link_local_base_urls in the startup configuration to allow it"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Validates, builds, checks and swaps in a configuration change; returns the new redacted view.
+///
+/// # Errors
+/// 403 unless the global admin; 400 `configuration_rejected` with the reason, leaving the running
+/// configuration as it was; 500 when the change cannot be persisted (not applied then either).
+pub async fn apply(state: &AppState, caller: &Caller, body: Value) -> Result<Value, ApiError> {
+    caller.require(Role::Admin)?;
+    if !caller.global_admin {
+        return Err(
+            mem0_core::Error::Forbidden("changing the server configuration needs the global admin".into()).into()
+        );
+    }
+    if let Some(key) = secret_key(&body) {
+        return Err(rejected(format!(
+            "`{key}` looks like a secret; secrets are only read from the environment or secret files, never over HTTP"
+        )));
+    }
+    let patch: ConfigurePatch =
+        serde_json::from_value(body).map_err(|error| rejected(format!("invalid configuration: {error}")))?;
+    let Some(embedder_patch) = patch.embedder else {
+        return Err(rejected("nothing to change: give an `embedder` section"));
+    };
+    let mut running = state.memory_handle.runtime.lock().await;
+    let next = apply_patch(&running, &embedder_patch).map_err(rejected)?;
+    if next.provider == EmbedderProvider::Openai {
+        if let Some(url) = &next.openai.base_url {
+            check_base_url(url, state.settings.configure.allow_link_local_base_urls).await.map_err(rejected)?;
+        }
+    }
+    let embedder =
+        build_embedder(&next).await.map_err(|error| rejected(format!("the new embedder does not work: {error}")))?;
+    let memory = state.memory().with_embedder(embedder).await.map_err(|error| rejected(error.to_string()))?;
+    persist(&state.settings.configure.state_path, &next).map_err(|error| {
+        tracing::error!(%error, "could not persist the runtime configuration");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::InternalError,
+            "could not persist the configuration; nothing changed",
+        )
+    })?;
+    let view = redacted_view(&next, &memory, &state.settings);
+    state.memory_handle.swap(memory);
+    *running = next;
+    tracing::warn!(principal = %caller.principal_id, "runtime configuration changed");
+    Ok(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn metadata_and_link_local_urls_are_refused() {
+        for bad in [
+            "http://169.254.169.254/latest/meta-data",
+            "http://[fe80::1]:8080/v1",
+            "http://metadata.google.internal/v1",
+            "http://100.100.100.200/v1",
+            "http://[::ffff:169.254.169.254]/v1",
+            "http://0.0.0.0:11434/v1",
+            "file:///etc/passwd",
+        ] {
+            assert!(check_base_url(bad, false).await.is_err(), "{bad}");
+        }
+        assert!(check_base_url("http://127.0.0.1:11434/v1", false).await.is_ok(), "local servers are fine");
+        assert!(check_base_url("http://169.254.169.254/v1", true).await.is_ok(), "unless explicitly allowed");
+    }
+
+    #[test]
+    fn secrets_are_spotted_at_any_depth() {
+        assert_eq!(secret_key(&json!({"embedder": {"openai": {"api_key": "sk"}}})).as_deref(), Some("api_key"));
+        assert_eq!(secret_key(&json!({"embedder": {"openai": {"model": "m"}}})), None);
+    }
+
+    #[test]
+    fn shown_urls_lose_credentials() {
+        assert_eq!(shown_url("https://user:pw@example.com/v1?key=abc"), "https://example.com/v1");
+    }
+}

@@ -1,0 +1,93 @@
+//! `/configure`: view (redacted), list providers, change at runtime.
+
+use axum::extract::State;
+use mem0_core::Role;
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::configure::ConfigurePatch;
+use crate::error::{ApiError, AppJson, ErrorBody};
+use crate::state::{AppState, RequestCaller};
+
+pub(super) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(get_configuration, set_configuration)).routes(routes!(list_providers))
+}
+
+/// Providers this build can use.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ProvidersResponse {
+    /// Embedders.
+    pub embedder: Vec<String>,
+    /// Vector stores.
+    pub vector_store: Vec<String>,
+    /// LLMs (none until fact extraction lands).
+    pub llm: Vec<String>,
+}
+
+/// The configuration in effect, secrets never included (admin)
+#[utoipa::path(
+    get,
+    path = "/configure",
+    tag = "admin",
+    responses(
+        (status = 200, description = "Safe fields only", body = Object),
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Not an admin", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn get_configuration(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+) -> Result<AppJson<Value>, ApiError> {
+    caller.require(Role::Admin)?;
+    let running = state.memory_handle.runtime.lock().await.clone();
+    Ok(AppJson(crate::configure::redacted_view(&running, &state.memory(), &state.settings)))
+}
+
+/// Change the configuration at runtime (global admin)
+///
+/// The change is validated, the new providers are built and checked against the stores, and only
+/// then swapped in; a failed change leaves the running configuration as it was. Secrets are not
+/// accepted here: they come from the environment or secret files.
+#[utoipa::path(
+    post,
+    path = "/configure",
+    tag = "admin",
+    request_body = ConfigurePatch,
+    responses(
+        (status = 200, description = "Applied; the new configuration", body = Object),
+        (status = 400, description = "Rejected, with the reason; nothing changed", body = ErrorBody),
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+        (status = 403, description = "Not the global admin", body = ErrorBody),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn set_configuration(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+    AppJson(body): AppJson<Value>,
+) -> Result<AppJson<Value>, ApiError> {
+    Ok(AppJson(crate::configure::apply(&state, &caller, body).await?))
+}
+
+/// Providers this build supports
+#[utoipa::path(
+    get,
+    path = "/configure/providers",
+    tag = "admin",
+    responses(
+        (status = 200, description = "Provider names", body = ProvidersResponse),
+        (status = 401, description = "No valid credentials", body = ErrorBody),
+    )
+)]
+pub async fn list_providers(RequestCaller(_caller): RequestCaller) -> AppJson<ProvidersResponse> {
+    AppJson(ProvidersResponse {
+        embedder: vec!["local".into(), "openai".into()],
+        vector_store: vec!["sqlite".into()],
+        llm: Vec::new(),
+    })
+}
