@@ -2,12 +2,9 @@
 //! conversation `messages` buffer (spec §13, with indexes, tenant and scope on every row).
 
 use std::path::Path;
-use std::str::FromStr;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
@@ -92,22 +89,7 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`] when it cannot be opened.
     pub async fn open(path: &Path) -> Result<Self> {
-        if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|error| {
-                Error::StoreUnavailable(format!("cannot create directory {}: {error}", parent.display()))
-            })?;
-        }
-        let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_with(options)
-            .await?;
-        sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+        let pool = crate::store::open_sqlite(path, SCHEMA).await?;
         sqlx::raw_sql(crate::auth::SCHEMA).execute(&pool).await?;
         Ok(Self { pool })
     }

@@ -12,6 +12,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub(crate) use sqlite::open_sqlite;
 pub use sqlite::{SqliteStore, DEFAULT_VECTOR_CACHE_ENTRIES};
 
 use crate::error::{Error, Result};

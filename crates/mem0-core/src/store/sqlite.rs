@@ -157,23 +157,7 @@ impl SqliteStore {
     /// # Errors
     /// [`Error::StoreUnavailable`] when the file cannot be opened or created.
     pub async fn open_with_cache(path: &Path, cache_entries: usize) -> Result<Self> {
-        if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|error| {
-                Error::StoreUnavailable(format!("cannot create directory {}: {error}", parent.display()))
-            })?;
-        }
-        let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_with(options)
-            .await?;
-        sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+        let pool = open_sqlite(path, SCHEMA).await?;
         let cache = Arc::new(VectorCache { vectors: RwLock::default(), capacity: cache_entries });
         Ok(Self { pool, cache })
     }
@@ -202,6 +186,32 @@ impl SqliteStore {
         }
         Ok(found)
     }
+}
+
+/// Opens (creating if needed) a SQLite database in WAL mode with a small pool and applies `schema`.
+/// Shared by the embedded store and the history volume.
+///
+/// # Errors
+/// [`Error::StoreUnavailable`] when the file or its directory cannot be opened or created.
+pub(crate) async fn open_sqlite(path: &Path, schema: &str) -> Result<SqlitePool> {
+    if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|error| {
+            Error::StoreUnavailable(format!("cannot create directory {}: {error}", parent.display()))
+        })?;
+    }
+    let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(5))
+        .foreign_keys(true);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(options)
+        .await?;
+    sqlx::raw_sql(schema).execute(&pool).await?;
+    Ok(pool)
 }
 
 fn bind_all<'q>(
