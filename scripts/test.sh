@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: unit, store conformance and HTTP tests against real SQLite stores and
+# Runs the whole test suite: unit tests, the store conformance suite against real SQLite and a real
+# Postgres 18 + pgvector (started here from PyPI unless DATABASE_URL is set), and the HTTP tests with
 # the real local embedder (fetched on first use). Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-model.sh
+if [[ -z ${DATABASE_URL:-} ]]; then
+  pg_dir=$(mktemp -d "${TMPDIR:-/tmp}/mem0-rs-test-pg.XXXXXX")
+  trap 'scripts/pg-down.sh "$pg_dir" || true; rm -rf "$pg_dir"' EXIT
+  eval "$(scripts/pg-up.sh "$pg_dir")"
+  export DATABASE_URL
+fi
 cargo test --workspace --locked "$@"

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::history::HistoryStore;
 use crate::memory::Memory;
 use crate::providers::embedder::{build_embedder, EmbedderConfig};
-use crate::store::{SqliteStore, VectorStore};
+use crate::store::{PgVectorConfig, PgVectorStore, SqliteStore, VectorStore};
 
 /// Everything needed to build a [`Memory`].
 #[derive(Debug, Clone, Deserialize)]
@@ -32,6 +32,9 @@ pub struct VectorStoreConfig {
     /// Settings of the embedded SQLite store.
     #[serde(default)]
     pub sqlite: SqliteStoreConfig,
+    /// Settings of the Postgres + pgvector store.
+    #[serde(default)]
+    pub pgvector: PgVectorConfig,
 }
 
 /// The vector store providers.
@@ -40,6 +43,8 @@ pub struct VectorStoreConfig {
 pub enum VectorStoreProvider {
     /// The embedded store: one SQLite file, no external service.
     Sqlite,
+    /// Postgres with pgvector: the production store.
+    Pgvector,
 }
 
 /// Settings of the embedded SQLite store.
@@ -82,6 +87,13 @@ impl Memory {
             VectorStoreProvider::Sqlite => {
                 let sqlite = &config.vector_store.sqlite;
                 Arc::new(SqliteStore::open_with_cache(&sqlite.path, sqlite.vector_cache_entries).await?)
+            }
+            VectorStoreProvider::Pgvector => {
+                let pgvector = &config.vector_store.pgvector;
+                let url = pgvector.url.as_ref().ok_or_else(|| {
+                    crate::Error::Config("memory.vector_store.pgvector.url is not set (or set DATABASE_URL)".to_owned())
+                })?;
+                Arc::new(PgVectorStore::connect(secrecy::ExposeSecret::expose_secret(url), pgvector).await?)
             }
         };
         let history = HistoryStore::open(&config.history.path).await?;

@@ -155,6 +155,88 @@ async fn check_dimension_mismatch(store: &dyn VectorStore) {
     assert!(message.contains("384") && message.contains("1536"), "{message}");
 }
 
+async fn check_filters(store: &dyn VectorStore) {
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let v = unit([1.0, 0.0, 0.0, 0.0]);
+    let rows = [
+        ("alpha", json!({"n": 3, "flag": true, "tag": "red", "who": "Ann"}), 0),
+        ("beta", json!({"n": 10, "flag": false, "tag": "blue"}), 1),
+        ("gamma", json!({"n": "3", "flag": "true", "tag": "Red wine"}), 2),
+        ("delta", json!({"n": 2.5, "tag": "green", "dotted.key": "yes"}), 3),
+    ];
+    let mut records: Vec<MemoryRecord> = rows
+        .iter()
+        .map(|(text, metadata, minute)| record("t", "u", text, v.clone(), metadata.clone(), *minute))
+        .collect();
+    records[1].role = Some("assistant".into());
+    store.insert(&records).await.expect("insert");
+    store.insert(&[record("t", "other", "other user", v.clone(), json!({"n": 3}), 0)]).await.expect("insert");
+    let cases = [
+        (json!({"n": 3}), vec!["alpha"]),
+        (json!({"n": "3"}), vec!["gamma"]),
+        (json!({"n": {"gt": 2.9}}), vec!["alpha", "beta"]),
+        (json!({"n": {"gte": 3, "lt": 10}}), vec!["alpha"]),
+        (json!({"flag": true}), vec!["alpha"]),
+        (json!({"flag": "true"}), vec!["gamma"]),
+        (json!({"flag": {"ne": true}}), vec!["beta", "delta", "gamma"]),
+        (json!({"n": [3, 10]}), vec!["alpha", "beta"]),
+        (json!({"tag": {"nin": ["red", "blue"]}}), vec!["delta", "gamma"]),
+        (json!({"tag": {"contains": "re"}}), vec!["alpha", "delta"]),
+        (json!({"tag": {"icontains": "RED"}}), vec!["alpha", "gamma"]),
+        (json!({"tag": {"contains": "%"}}), vec![]),
+        (json!({"who": "*"}), vec!["alpha"]),
+        (json!({"dotted.key": "yes"}), vec!["delta"]),
+        (json!({"tag": {"gt": "green"}}), vec!["alpha"]),
+        (json!({"role": "assistant"}), vec!["beta"]),
+        (json!({"role": {"ne": "assistant"}}), vec!["alpha", "delta", "gamma"]),
+        (json!({"created_at": {"gte": "2025-01-01T00:02:00Z"}}), vec!["delta", "gamma"]),
+        (
+            json!({"OR": [{"AND": [{"n": {"gte": 3}}, {"NOT": [{"flag": false}]}]}, {"tag": "green"}]}),
+            vec!["alpha", "delta"],
+        ),
+        (json!({"NOT": {"OR": [{"tag": "red"}, {"tag": "blue"}]}}), vec!["delta", "gamma"]),
+        (json!({"AND": [{"n": 3}, {"n": 10}]}), vec![]),
+        (json!({"user_id": "other"}), vec![]),
+    ];
+    for (filter, expected) in cases {
+        let query = query("t", "u", Some(filter.clone()));
+        let mut listed: Vec<String> =
+            store.list(&query, None, 100).await.expect("list").records.into_iter().map(|r| r.memory).collect();
+        listed.sort();
+        assert_eq!(listed, expected, "list with {filter}");
+        let mut found: Vec<String> = store
+            .search(&query, &v, 100, 0.0)
+            .await
+            .expect("search")
+            .into_iter()
+            .map(|hit| hit.record.memory)
+            .collect();
+        found.sort();
+        assert_eq!(found, expected, "search with {filter}");
+    }
+}
+
+async fn check_scope_listing(store: &dyn VectorStore) {
+    use mem0_core::store::ScopeKind;
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let v = unit([0.0, 1.0, 0.0, 0.0]);
+    let mut records = vec![
+        record("t", "b-user", "1", v.clone(), json!({}), 0),
+        record("t", "a-user", "2", v.clone(), json!({}), 1),
+        record("t", "a-user", "3", v.clone(), json!({}), 2),
+        record("other", "z-user", "4", v.clone(), json!({}), 0),
+    ];
+    records[0].scope.agent_id = Some("agent-1".into());
+    store.insert(&records).await.expect("insert");
+    let users = store.scopes("t", ScopeKind::User, None, 10).await.expect("scopes");
+    let summary: Vec<(&str, u64)> = users.iter().map(|s| (s.id.as_str(), s.total_memories)).collect();
+    assert_eq!(summary, [("a-user", 2), ("b-user", 1)]);
+    let after = store.scopes("t", ScopeKind::User, Some("a-user"), 10).await.expect("scopes");
+    assert_eq!(after.len(), 1);
+    let agents = store.scopes("t", ScopeKind::Agent, None, 10).await.expect("scopes");
+    assert_eq!(agents.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["agent-1"]);
+}
+
 macro_rules! conformance_suite {
     ($backend:ident, $open:expr) => {
         mod $backend {
@@ -179,6 +261,18 @@ macro_rules! conformance_suite {
             }
 
             #[tokio::test]
+            async fn filters() {
+                let (store, _guard) = $open;
+                check_filters(&store).await;
+            }
+
+            #[tokio::test]
+            async fn scope_listing() {
+                let (store, _guard) = $open;
+                check_scope_listing(&store).await;
+            }
+
+            #[tokio::test]
             async fn dimension_mismatch() {
                 let (store, _guard) = $open;
                 check_dimension_mismatch(&store).await;
@@ -194,3 +288,80 @@ async fn open_sqlite() -> (SqliteStore, tempfile::TempDir) {
 }
 
 conformance_suite!(sqlite, open_sqlite().await);
+
+/// A fresh database on the test Postgres (`DATABASE_URL`, started by `scripts/test.sh`), dropped
+/// with the guard.
+struct PgDatabase {
+    admin_url: String,
+    name: String,
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let admin_url = self.admin_url.clone();
+        let name = self.name.clone();
+        // Dropping needs a runtime; the test's own is shutting down, so use a short-lived one.
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            runtime.block_on(async {
+                if let Ok(pool) = sqlx::PgPool::connect(&admin_url).await {
+                    let _ = sqlx::query(&format!("drop database if exists {name} with (force)")).execute(&pool).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+async fn open_pg() -> (mem0_core::store::PgVectorStore, PgDatabase) {
+    let admin_url = std::env::var("DATABASE_URL")
+        .expect("DATABASE_URL must point at a Postgres with pgvector: run scripts/test.sh, which starts one");
+    let name = format!("mem0_test_{}", Uuid::new_v4().simple());
+    let admin = sqlx::PgPool::connect(&admin_url).await.expect("connect to the test postgres");
+    sqlx::query(&format!("create database {name}")).execute(&admin).await.expect("create test database");
+    admin.close().await;
+    let (base, _) = admin_url.rsplit_once('/').expect("database url with a database name");
+    let url = format!("{base}/{name}");
+    let store = mem0_core::store::PgVectorStore::connect(&url, &mem0_core::store::PgVectorConfig::default())
+        .await
+        .expect("connect and migrate");
+    (store, PgDatabase { admin_url, name })
+}
+
+conformance_suite!(pgvector, open_pg().await);
+
+/// A small scope inside a larger table through the HNSW path (exact ranking switched off): the
+/// iterative scan must still return a full top-k, and nearly the exact one.
+#[tokio::test]
+async fn pgvector_hnsw_path_returns_a_full_top_k_for_a_small_scope() {
+    let (exact_store, guard) = open_pg().await;
+    let url = format!("{}/{}", guard.admin_url.rsplit_once('/').expect("url").0, guard.name);
+    let config = mem0_core::store::PgVectorConfig { exact_search_max_rows: 0, ..Default::default() };
+    let hnsw_store = mem0_core::store::PgVectorStore::connect(&url, &config).await.expect("connect");
+    hnsw_store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let mut records = Vec::new();
+    for index in 0..3000 {
+        let angle = index as f32 * 0.0021;
+        let user = if index % 100 == 0 { "small" } else { "big" };
+        records.push(record(
+            "t",
+            user,
+            &format!("m{index}"),
+            unit([angle.cos(), angle.sin(), 0.3, (index % 7) as f32 * 0.01]),
+            json!({}),
+            0,
+        ));
+    }
+    for chunk in records.chunks(500) {
+        hnsw_store.insert(chunk).await.expect("insert");
+    }
+    sqlx::query("analyze memories").execute(hnsw_store.pool()).await.expect("analyze");
+    let probe = unit([0.2, 1.0, 0.3, 0.0]);
+    let approximate = hnsw_store.search(&query("t", "small", None), &probe, 10, 0.0).await.expect("search");
+    let exact = exact_store.search(&query("t", "small", None), &probe, 10, 0.0).await.expect("search");
+    assert_eq!(approximate.len(), 10, "a full top-k, not what survived a post-filter");
+    assert_eq!(exact.len(), 10);
+    let exact_ids: HashSet<Uuid> = exact.iter().map(|hit| hit.record.id).collect();
+    let overlap = approximate.iter().filter(|hit| exact_ids.contains(&hit.record.id)).count();
+    assert!(overlap >= 9, "recall@10 {overlap}/10");
+}

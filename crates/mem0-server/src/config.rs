@@ -111,6 +111,10 @@ impl Settings {
         if openai.base_url.is_none() {
             openai.base_url = plain_env("OPENAI_BASE_URL").filter(|url| !url.is_empty());
         }
+        let pgvector = &mut settings.memory.vector_store.pgvector;
+        if pgvector.url.is_none() {
+            pgvector.url = plain_env("DATABASE_URL").filter(|url| !url.is_empty()).map(SecretString::from);
+        }
         if settings.auth.admin_api_key.is_none() {
             settings.auth.admin_api_key =
                 plain_env("ADMIN_API_KEY").filter(|key| !key.is_empty()).map(SecretString::from);

@@ -213,7 +213,10 @@ pub fn redacted_view(config: &EmbedderConfig, memory: &Memory, settings: &Settin
                 "api_key_configured": config.openai.api_key.is_some(),
             },
         },
-        "vector_store": { "provider": "sqlite" },
+        "vector_store": { "provider": match settings.memory.vector_store.provider {
+            mem0_core::VectorStoreProvider::Sqlite => "sqlite",
+            mem0_core::VectorStoreProvider::Pgvector => "pgvector",
+        } },
         "llm": Value::Null,
         "reranker": Value::Null,
         "auth": {

@@ -24,6 +24,8 @@ enum Command {
     Openapi,
     /// Load and validate the configuration, print it (secrets redacted) and exit.
     CheckConfig,
+    /// Apply the Postgres migrations (memory.vector_store.pgvector.url or DATABASE_URL) and exit.
+    Migrate,
 }
 
 #[tokio::main]
@@ -37,6 +39,20 @@ async fn main() -> anyhow::Result<()> {
         Command::CheckConfig => {
             let settings = Settings::load(cli.config.as_deref())?;
             println!("{settings:#?}");
+            Ok(())
+        }
+        Command::Migrate => {
+            let settings = Settings::load(cli.config.as_deref())?;
+            let pgvector = &settings.memory.vector_store.pgvector;
+            let url = pgvector
+                .url
+                .as_ref()
+                .ok_or_else(|| anyhow::anyhow!("set memory.vector_store.pgvector.url or DATABASE_URL"))?;
+            let config = mem0_core::store::PgVectorConfig { run_migrations: false, ..pgvector.clone() };
+            let store =
+                mem0_core::store::PgVectorStore::connect(secrecy::ExposeSecret::expose_secret(url), &config).await?;
+            store.migrate().await?;
+            println!("migrations applied");
             Ok(())
         }
         Command::Serve => serve(cli.config).await,

@@ -1,5 +1,7 @@
 //! The `VectorStore` trait (memories with embeddings, scoped queries) and its implementations.
 
+mod pg_filter;
+mod pgvector;
 mod sqlite;
 mod sqlite_filter;
 
@@ -12,6 +14,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub use self::pgvector::{PgVectorConfig, PgVectorStore, MIGRATOR};
 pub(crate) use sqlite::open_sqlite;
 pub use sqlite::{SqliteStore, DEFAULT_VECTOR_CACHE_ENTRIES};
 

@@ -87,7 +87,7 @@ pub async fn set_configuration(
 pub async fn list_providers(RequestCaller(_caller): RequestCaller) -> AppJson<ProvidersResponse> {
     AppJson(ProvidersResponse {
         embedder: vec!["local".into(), "openai".into()],
-        vector_store: vec!["sqlite".into()],
+        vector_store: vec!["sqlite".into(), "pgvector".into()],
         llm: Vec::new(),
     })
 }

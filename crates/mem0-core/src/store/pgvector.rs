@@ -1,0 +1,412 @@
+//! The production vector store: Postgres with pgvector. Typed, indexed columns for tenant, scope
+//! ids and timestamps, caller metadata as `jsonb`, embeddings as `vector(d)` with an HNSW cosine
+//! index. Scoped search returns a full, exact top-k: small scopes are ranked exactly (the HNSW
+//! index is bypassed), large ones use the index with pgvector 0.8 iterative scans so a filter can
+//! never starve the result (Mem0's post-filter bug, spec §17 item 8).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use pgvector::Vector;
+use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::{Postgres, Row};
+use uuid::Uuid;
+
+use super::pg_filter::{where_clause, PgBind, PgClause};
+use super::{Cursor, Page, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, VectorStore};
+use crate::error::{Error, Result};
+use crate::scope::Scope;
+use crate::types::{MemoryRecord, Metadata};
+
+/// The migrations of the Postgres store (top-level `migrations/`).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// Scopes with at most this many rows are ranked exactly, without the HNSW index.
+pub const DEFAULT_EXACT_SEARCH_MAX_ROWS: i64 = 20_000;
+
+const COLUMNS: &str = "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
+                       expiration_date, attributed_to, role, actor_id, memory_type, embedding";
+
+/// Settings of the Postgres store.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PgVectorConfig {
+    /// Connection URL (env `DATABASE_URL` fills it when empty).
+    #[serde(default)]
+    pub url: Option<secrecy::SecretString>,
+    /// Most pooled connections.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// How long a request waits for a connection before `store_unavailable`.
+    #[serde(default = "default_acquire_timeout")]
+    pub acquire_timeout_secs: u64,
+    /// Apply migrations at startup.
+    #[serde(default = "default_true")]
+    pub run_migrations: bool,
+    /// Scopes up to this size are ranked exactly.
+    #[serde(default = "default_exact_max")]
+    pub exact_search_max_rows: i64,
+}
+
+fn default_max_connections() -> u32 {
+    10
+}
+fn default_acquire_timeout() -> u64 {
+    5
+}
+fn default_true() -> bool {
+    true
+}
+fn default_exact_max() -> i64 {
+    DEFAULT_EXACT_SEARCH_MAX_ROWS
+}
+
+impl Default for PgVectorConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            max_connections: default_max_connections(),
+            acquire_timeout_secs: default_acquire_timeout(),
+            run_migrations: true,
+            exact_search_max_rows: default_exact_max(),
+        }
+    }
+}
+
+/// The Postgres + pgvector [`VectorStore`].
+#[derive(Debug, Clone)]
+pub struct PgVectorStore {
+    pool: PgPool,
+    exact_search_max_rows: i64,
+}
+
+type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
+
+fn bind_all<'q>(mut query: PgQuery<'q>, binds: &'q [PgBind]) -> PgQuery<'q> {
+    for bind in binds {
+        query = match bind {
+            PgBind::Text(text) => query.bind(text.as_str()),
+            PgBind::Float(number) => query.bind(*number),
+            PgBind::Time(at) => query.bind(*at),
+            PgBind::Date(date) => query.bind(*date),
+            PgBind::Uuid(id) => query.bind(*id),
+        };
+    }
+    query
+}
+
+fn row_to_record(row: &PgRow) -> Result<MemoryRecord> {
+    let metadata: serde_json::Value = row.try_get("metadata")?;
+    let serde_json::Value::Object(metadata) = metadata else {
+        return Err(Error::Internal("stored metadata is not an object".into()));
+    };
+    let embedding: Vector = row.try_get("embedding")?;
+    Ok(MemoryRecord {
+        id: row.try_get("id")?,
+        tenant: row.try_get("tenant")?,
+        scope: Scope {
+            user_id: row.try_get("user_id")?,
+            agent_id: row.try_get("agent_id")?,
+            run_id: row.try_get("run_id")?,
+        },
+        memory: row.try_get("memory")?,
+        hash: row.try_get("hash")?,
+        metadata: Metadata::from_iter(metadata),
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        expiration_date: row.try_get("expiration_date")?,
+        attributed_to: row.try_get("attributed_to")?,
+        role: row.try_get("role")?,
+        actor_id: row.try_get("actor_id")?,
+        memory_type: row.try_get("memory_type")?,
+        embedding: embedding.to_vec(),
+    })
+}
+
+impl PgVectorStore {
+    /// Connects (lazily: the server starts, and `/ready` reports, while Postgres is down) and,
+    /// when configured, applies the migrations.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a bad URL; [`Error::StoreUnavailable`] when migrations cannot run.
+    pub async fn connect(url: &str, config: &PgVectorConfig) -> Result<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections.max(1))
+            .acquire_timeout(Duration::from_secs(config.acquire_timeout_secs.max(1)))
+            .connect_lazy(url)
+            .map_err(|error| Error::Config(format!("invalid postgres url: {error}")))?;
+        let store = Self { pool, exact_search_max_rows: config.exact_search_max_rows };
+        if config.run_migrations {
+            store.migrate().await?;
+        }
+        Ok(store)
+    }
+
+    /// Applies pending migrations.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`] with the migration error.
+    pub async fn migrate(&self) -> Result<()> {
+        MIGRATOR.run(&self.pool).await.map_err(|error| Error::StoreUnavailable(format!("migrations failed: {error}")))
+    }
+
+    /// Returns the pool (for tests and tools).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl VectorStore for PgVectorStore {
+    async fn ensure_dimension(&self, dimension: usize, model_id: &str) -> Result<()> {
+        let wanted = i32::try_from(dimension).map_err(|_| Error::Config(format!("dimension {dimension} too large")))?;
+        let mut transaction = self.pool.begin().await?;
+        // One server at a time fixes the dimension.
+        sqlx::query("select pg_advisory_xact_lock(7262101)").execute(&mut *transaction).await?;
+        let stored: i32 = sqlx::query_scalar(
+            "select atttypmod from pg_attribute where attrelid = 'memories'::regclass and attname = 'embedding'",
+        )
+        .fetch_one(&mut *transaction)
+        .await?;
+        if stored > 0 {
+            if stored != wanted {
+                let model: Option<String> =
+                    sqlx::query_scalar("select value from store_meta where key = 'embedding_model'")
+                        .fetch_optional(&mut *transaction)
+                        .await?;
+                return Err(Error::Config(format!(
+                    "the postgres table memories has vector({stored}) embeddings (model {}) but the configured \
+                     embedder {model_id} produces {dimension} dimensions; use the original embedder or a new database",
+                    model.unwrap_or_else(|| "unknown".to_owned())
+                )));
+            }
+            return Ok(());
+        }
+        for table in ["memories", "memories_entities"] {
+            sqlx::query(&format!("alter table {table} alter column embedding type vector({wanted})"))
+                .execute(&mut *transaction)
+                .await?;
+        }
+        sqlx::query(
+            "create index if not exists memories_embedding_hnsw on memories using hnsw (embedding vector_cosine_ops)",
+        )
+        .execute(&mut *transaction)
+        .await?;
+        sqlx::query(
+            "insert into store_meta (key, value) values ('embedding_dimension', $1), ('embedding_model', $2) \
+             on conflict (key) do update set value = excluded.value",
+        )
+        .bind(dimension.to_string())
+        .bind(model_id)
+        .execute(&mut *transaction)
+        .await?;
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn insert(&self, records: &[MemoryRecord]) -> Result<()> {
+        let mut transaction = self.pool.begin().await?;
+        for record in records {
+            sqlx::query(&format!(
+                "insert into memories ({COLUMNS}) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+            ))
+            .bind(record.id)
+            .bind(&record.tenant)
+            .bind(&record.scope.user_id)
+            .bind(&record.scope.agent_id)
+            .bind(&record.scope.run_id)
+            .bind(&record.memory)
+            .bind(&record.hash)
+            .bind(serde_json::Value::Object(record.metadata.clone()))
+            .bind(record.created_at)
+            .bind(record.updated_at)
+            .bind(record.expiration_date)
+            .bind(&record.attributed_to)
+            .bind(&record.role)
+            .bind(&record.actor_id)
+            .bind(&record.memory_type)
+            .bind(Vector::from(record.embedding.clone()))
+            .execute(&mut *transaction)
+            .await?;
+        }
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn get(&self, tenant: &str, id: Uuid) -> Result<Option<MemoryRecord>> {
+        let row = sqlx::query(&format!("select {COLUMNS} from memories where tenant = $1 and id = $2"))
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(row_to_record).transpose()
+    }
+
+    async fn update(&self, record: &MemoryRecord) -> Result<bool> {
+        let result = sqlx::query(
+            "update memories set memory = $1, hash = $2, metadata = $3, created_at = $4, updated_at = $5, \
+             expiration_date = $6, embedding = $7 where tenant = $8 and id = $9",
+        )
+        .bind(&record.memory)
+        .bind(&record.hash)
+        .bind(serde_json::Value::Object(record.metadata.clone()))
+        .bind(record.created_at)
+        .bind(record.updated_at)
+        .bind(record.expiration_date)
+        .bind(Vector::from(record.embedding.clone()))
+        .bind(&record.tenant)
+        .bind(record.id)
+        .execute(&self.pool)
+        .await?;
+        Ok(result.rows_affected() == 1)
+    }
+
+    async fn delete(&self, tenant: &str, ids: &[Uuid]) -> Result<u64> {
+        let result = sqlx::query("delete from memories where tenant = $1 and id = any($2)")
+            .bind(tenant)
+            .bind(ids)
+            .execute(&self.pool)
+            .await?;
+        Ok(result.rows_affected())
+    }
+
+    async fn delete_matching(&self, query: &ScopedQuery) -> Result<Vec<MemoryRecord>> {
+        let query = ScopedQuery { show_expired: true, ..query.clone() };
+        let PgClause { sql, binds, .. } = where_clause(&query, 1);
+        let statement = format!("delete from memories where {sql} returning {COLUMNS}");
+        let rows = bind_all(sqlx::query(&statement), &binds).fetch_all(&self.pool).await?;
+        rows.iter().map(row_to_record).collect()
+    }
+
+    async fn search(
+        &self,
+        query: &ScopedQuery,
+        vector: &[f32],
+        limit: usize,
+        threshold: f32,
+    ) -> Result<Vec<ScoredRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let clause = where_clause(query, 2);
+        let limit_placeholder = format!("${}", clause.next_index());
+        let PgClause { sql, binds, .. } = clause;
+        let mut transaction = self.pool.begin().await?;
+        let count_statement = format!("select count(*) from (select 1 from memories where {sql} limit $1) as scoped");
+        let scoped: i64 = bind_all(sqlx::query(&count_statement).bind(self.exact_search_max_rows + 1), &binds)
+            .fetch_one(&mut *transaction)
+            .await?
+            .try_get(0)?;
+        let limit_i64 = i64::try_from(limit).unwrap_or(i64::MAX);
+        let order = if scoped <= self.exact_search_max_rows {
+            // `+ 0` hides the expression from the planner: an exact ranking of the scope's rows.
+            "(embedding <=> $1) + 0"
+        } else {
+            // The HNSW index with iterative scans: it keeps scanning until enough rows pass the filter.
+            sqlx::query("set local hnsw.iterative_scan = relaxed_order").execute(&mut *transaction).await?;
+            sqlx::query(&format!("set local hnsw.ef_search = {}", (limit * 2).clamp(40, 1000)))
+                .execute(&mut *transaction)
+                .await?;
+            "embedding <=> $1"
+        };
+        let statement = format!(
+            "select {COLUMNS}, embedding <=> $1 as distance from memories where {sql} order by {order} limit {limit_placeholder}"
+        );
+        let rows = bind_all(sqlx::query(&statement).bind(Vector::from(vector.to_vec())), &binds)
+            .bind(limit_i64)
+            .fetch_all(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
+        let mut scored = rows
+            .iter()
+            .map(|row| {
+                let distance: f64 = row.try_get("distance")?;
+                Ok(ScoredRecord { record: row_to_record(row)?, score: (1.0 - distance).clamp(0.0, 1.0) as f32 })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // Relaxed iterative scans may return rows slightly out of order.
+        scored.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.record.id.cmp(&b.record.id)));
+        scored.retain(|hit| hit.score >= threshold);
+        Ok(scored)
+    }
+
+    async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page> {
+        let PgClause { mut sql, mut binds, .. } = where_clause(query, 1);
+        if let Some(cursor) = after {
+            let next = binds.len() + 1;
+            sql.push_str(&format!(" and (created_at, id) < (${next}, ${})", next + 1));
+            binds.push(PgBind::Time(cursor.created_at));
+            binds.push(PgBind::Uuid(cursor.id));
+        }
+        let fetch = page_size + 1;
+        let statement =
+            format!("select {COLUMNS} from memories where {sql} order by created_at desc, id desc limit {fetch}");
+        let rows = bind_all(sqlx::query(&statement), &binds).fetch_all(&self.pool).await?;
+        let mut records = rows.iter().map(row_to_record).collect::<Result<Vec<_>>>()?;
+        let next = if records.len() > page_size {
+            records.truncate(page_size);
+            records.last().map(|last| Cursor { created_at: last.created_at, id: last.id })
+        } else {
+            None
+        };
+        Ok(Page { records, next })
+    }
+
+    async fn scopes(
+        &self,
+        tenant: &str,
+        kind: ScopeKind,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ScopeSummary>> {
+        let column = kind.column();
+        let statement = format!(
+            "select {column} as scope_id, count(*) as total, min(created_at) as first, max(updated_at) as last \
+             from memories where tenant = $1 and {column} is not null and {column} > $2 collate \"C\" \
+             group by {column} order by {column} collate \"C\" limit $3"
+        );
+        let rows = sqlx::query(&statement)
+            .bind(tenant)
+            .bind(after.unwrap_or(""))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let total: i64 = row.try_get("total")?;
+                let first: DateTime<Utc> = row.try_get("first")?;
+                let last: DateTime<Utc> = row.try_get("last")?;
+                Ok(ScopeSummary {
+                    kind,
+                    id: row.try_get("scope_id")?,
+                    total_memories: u64::try_from(total).unwrap_or_default(),
+                    created_at: first,
+                    updated_at: last,
+                })
+            })
+            .collect()
+    }
+
+    async fn reset(&self, tenant: Option<&str>) -> Result<()> {
+        let mut transaction = self.pool.begin().await?;
+        for table in ["memories", "memories_entities"] {
+            match tenant {
+                Some(tenant) => {
+                    sqlx::query(&format!("delete from {table} where tenant = $1"))
+                        .bind(tenant)
+                        .execute(&mut *transaction)
+                        .await?
+                }
+                None => sqlx::query(&format!("delete from {table}")).execute(&mut *transaction).await?,
+            };
+        }
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query_scalar::<_, i32>("select 1").fetch_one(&self.pool).await?;
+        Ok(())
+    }
+}
