@@ -83,3 +83,110 @@ async fn a_dimension_mismatch_on_pgvector_stops_startup() {
     let message = format!("{error:#}");
     assert!(message.contains("1536") && message.contains("384"), "{message}");
 }
+
+/// A TCP forwarder between the server and Postgres that a test can cut and restore, to make
+/// Postgres "go down" without stopping the shared test database.
+struct Outage {
+    address: std::net::SocketAddr,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Outage {
+    async fn start(upstream: String) -> Self {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let address = listener.local_addr().expect("address");
+        let up = Arc::new(AtomicBool::new(true));
+        let generation = Arc::new(AtomicU64::new(0));
+        let (accept_up, accept_generation) = (Arc::clone(&up), Arc::clone(&generation));
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !accept_up.load(Ordering::SeqCst) {
+                    continue; // dropped: connection refused in effect
+                }
+                let upstream = upstream.clone();
+                let born = accept_generation.load(Ordering::SeqCst);
+                let watch_generation = Arc::clone(&accept_generation);
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                    let copy = tokio::io::copy_bidirectional(&mut inbound, &mut outbound);
+                    let cut = async {
+                        while watch_generation.load(Ordering::SeqCst) == born {
+                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        }
+                    };
+                    tokio::select! { _ = copy => {}, () = cut => {} }
+                });
+            }
+        });
+        Self { address, up, generation }
+    }
+
+    /// Refuses new connections and closes open ones (their tasks notice within 20 ms).
+    async fn cut(&self) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
+    fn restore(&self) {
+        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn postgres_outage_is_503_and_recovers_without_restart() {
+    let direct = fresh_database().await;
+    // postgres://user@host:port/db -> route host:port through the forwarder.
+    let (scheme_user, rest) = direct.split_once('@').expect("url with user");
+    let (host_port, database) = rest.split_once('/').expect("url with database");
+    let outage = Outage::start(host_port.to_owned()).await;
+    let through_proxy = format!("{scheme_user}@{}/{database}", outage.address);
+
+    let dir = tempfile::tempdir().expect("temp");
+    let mut settings = test_settings();
+    settings.memory.vector_store.provider = mem0_core::VectorStoreProvider::Pgvector;
+    settings.memory.vector_store.pgvector.url = Some(through_proxy.into());
+    settings.memory.vector_store.pgvector.acquire_timeout_secs = 1;
+    settings.memory.history.path = dir.path().join("history.db");
+    settings.memory.embedder.local.model_dir = mem0_http_tests::model_dir();
+    settings.configure.state_path = dir.path().join("runtime-config.json");
+    let state = mem0_server::build_state(settings).await.expect("start");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(mem0_server::serve(listener, state, std::future::pending()));
+    let client = reqwest::Client::new();
+    let add = || {
+        client
+            .post(format!("{base}/memories"))
+            .json(&json!({"messages": [{"role": "user", "content": "outage test"}], "user_id": "u", "infer": false}))
+            .send()
+    };
+    assert_eq!(add().await.expect("add").status(), 200);
+
+    outage.cut().await;
+    let ready = client.get(format!("{base}/ready")).send().await.expect("ready");
+    assert_eq!(ready.status(), 503);
+    let body: Value = ready.json().await.expect("json");
+    assert_eq!(body["code"], "store_unavailable");
+    let failed = add().await.expect("add");
+    assert_eq!(failed.status(), 503);
+    assert!(failed.headers().contains_key("retry-after"));
+
+    outage.restore();
+    let mut recovered = false;
+    for _ in 0..50 {
+        if client.get(format!("{base}/ready")).send().await.expect("ready").status() == 200 {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(recovered, "ready again once postgres is back, without a restart");
+    assert_eq!(add().await.expect("add").status(), 200);
+    let listed: Value =
+        client.get(format!("{base}/memories?user_id=u")).send().await.expect("list").json().await.expect("json");
+    assert_eq!(listed["results"].as_array().map(Vec::len), Some(2), "the failed add left nothing behind: {listed}");
+}

@@ -206,29 +206,39 @@ impl VectorStore for PgVectorStore {
     }
 
     async fn insert(&self, records: &[MemoryRecord]) -> Result<()> {
+        const COLUMN_COUNT: usize = 16;
+        // Multi-row inserts: one round trip per 500 rows, all in one transaction.
         let mut transaction = self.pool.begin().await?;
-        for record in records {
-            sqlx::query(&format!(
-                "insert into memories ({COLUMNS}) values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
-            ))
-            .bind(record.id)
-            .bind(&record.tenant)
-            .bind(&record.scope.user_id)
-            .bind(&record.scope.agent_id)
-            .bind(&record.scope.run_id)
-            .bind(&record.memory)
-            .bind(&record.hash)
-            .bind(serde_json::Value::Object(record.metadata.clone()))
-            .bind(record.created_at)
-            .bind(record.updated_at)
-            .bind(record.expiration_date)
-            .bind(&record.attributed_to)
-            .bind(&record.role)
-            .bind(&record.actor_id)
-            .bind(&record.memory_type)
-            .bind(Vector::from(record.embedding.clone()))
-            .execute(&mut *transaction)
-            .await?;
+        for chunk in records.chunks(500) {
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|row| {
+                    let placeholders: Vec<String> =
+                        (1..=COLUMN_COUNT).map(|column| format!("${}", row * COLUMN_COUNT + column)).collect();
+                    format!("({})", placeholders.join(", "))
+                })
+                .collect();
+            let statement = format!("insert into memories ({COLUMNS}) values {}", rows.join(", "));
+            let mut query = sqlx::query(&statement);
+            for record in chunk {
+                query = query
+                    .bind(record.id)
+                    .bind(&record.tenant)
+                    .bind(&record.scope.user_id)
+                    .bind(&record.scope.agent_id)
+                    .bind(&record.scope.run_id)
+                    .bind(&record.memory)
+                    .bind(&record.hash)
+                    .bind(serde_json::Value::Object(record.metadata.clone()))
+                    .bind(record.created_at)
+                    .bind(record.updated_at)
+                    .bind(record.expiration_date)
+                    .bind(&record.attributed_to)
+                    .bind(&record.role)
+                    .bind(&record.actor_id)
+                    .bind(&record.memory_type)
+                    .bind(Vector::from(record.embedding.clone()));
+            }
+            query.execute(&mut *transaction).await?;
         }
         transaction.commit().await?;
         Ok(())
