@@ -101,7 +101,7 @@ fn dataset(n: usize) -> Dataset {
     Dataset { scopes, queries }
 }
 
-async fn run(name: &str, store: &dyn VectorStore, data: &Dataset) {
+async fn run(name: &str, store: &dyn VectorStore, data: &Dataset, postgres: Option<&sqlx::PgPool>) {
     store.ensure_dimension(DIM, "bench").await.expect("dimension");
     let total: usize = data.scopes.iter().map(|(_, records)| records.len()).sum();
     let started = Instant::now();
@@ -112,6 +112,10 @@ async fn run(name: &str, store: &dyn VectorStore, data: &Dataset) {
     }
     let elapsed = started.elapsed();
     println!("{name}: inserted {total} in {elapsed:.1?} ({:.0} rows/s)", total as f64 / elapsed.as_secs_f64());
+    if let Some(pool) = postgres {
+        // What autovacuum would do shortly after a bulk load: fresh planner statistics.
+        sqlx::query("analyze memories").execute(pool).await.expect("analyze");
+    }
     for (user, records) in &data.scopes {
         let query = ScopedQuery {
             tenant: "bench".into(),
@@ -152,7 +156,7 @@ async fn main() {
     if stores.contains("sqlite") {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = SqliteStore::open_with_cache(&dir.path().join("bench.db"), n + 1).await.expect("open");
-        run("sqlite", &store, &data).await;
+        run("sqlite", &store, &data, None).await;
     }
     if stores.contains("pgvector") {
         match std::env::var("DATABASE_URL") {
@@ -163,7 +167,7 @@ async fn main() {
                 sqlx::query(&format!("create database {name}")).execute(&admin).await.expect("create database");
                 let url = format!("{}/{name}", admin_url.rsplit_once('/').expect("url").0);
                 let store = PgVectorStore::connect(&url, &PgVectorConfig::default()).await.expect("connect");
-                run("pgvector", &store, &data).await;
+                run("pgvector", &store, &data, Some(store.pool())).await;
                 store.pool().close().await;
                 let _ = sqlx::query(&format!("drop database {name} with (force)")).execute(&admin).await;
             }

@@ -23,7 +23,7 @@ use crate::types::{MemoryRecord, Metadata};
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 /// Scopes with at most this many rows are ranked exactly, without the HNSW index.
-pub const DEFAULT_EXACT_SEARCH_MAX_ROWS: i64 = 20_000;
+pub const DEFAULT_EXACT_SEARCH_MAX_ROWS: i64 = 10_000;
 
 const COLUMNS: &str = "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
                        expiration_date, attributed_to, role, actor_id, memory_type, embedding";
@@ -303,6 +303,9 @@ impl VectorStore for PgVectorStore {
         let limit_placeholder = format!("${}", clause.next_index());
         let PgClause { sql, binds, .. } = clause;
         let mut transaction = self.pool.begin().await?;
+        // Plan with the actual scope values: a generic plan sees "one of a few users" and picks a
+        // sequential scan, 50 ms instead of 1 ms for a small scope in a big table.
+        sqlx::query("set local plan_cache_mode = force_custom_plan").execute(&mut *transaction).await?;
         let count_statement = format!("select count(*) from (select 1 from memories where {sql} limit $1) as scoped");
         let scoped: i64 = bind_all(sqlx::query(&count_statement).bind(self.exact_search_max_rows + 1), &binds)
             .fetch_one(&mut *transaction)
@@ -315,7 +318,7 @@ impl VectorStore for PgVectorStore {
         } else {
             // The HNSW index with iterative scans: it keeps scanning until enough rows pass the filter.
             sqlx::query("set local hnsw.iterative_scan = relaxed_order").execute(&mut *transaction).await?;
-            sqlx::query(&format!("set local hnsw.ef_search = {}", (limit * 2).clamp(40, 1000)))
+            sqlx::query(&format!("set local hnsw.ef_search = {}", (limit * 4).clamp(100, 1000)))
                 .execute(&mut *transaction)
                 .await?;
             "embedding <=> $1"
