@@ -108,6 +108,8 @@ async fn drop_history_table(server: &TestServer) {
     pool.close().await;
 }
 
+/// A broken history volume (its table dropped under the server) is an internal error, not an
+/// outage: 500, and every write undone.
 #[tokio::test]
 async fn history_failure_undoes_the_memory_write() {
     let server = TestServer::start().await;
@@ -121,13 +123,13 @@ async fn history_failure_undoes_the_memory_write() {
             json!({"messages": [{"role": "user", "content": "never stored"}], "user_id": "u", "infer": false}),
         )
         .await;
-    reply.assert_error(503, "store_unavailable");
+    reply.assert_error(500, "internal_error");
     let reply = server.put(&format!("/memories/{kept}"), json!({"text": "rewritten", "metadata": {"v": 2}})).await;
-    reply.assert_error(503, "store_unavailable");
+    reply.assert_error(500, "internal_error");
     let reply = server.delete(&format!("/memories/{doomed}")).await;
-    reply.assert_error(503, "store_unavailable");
+    reply.assert_error(500, "internal_error");
     let reply = server.delete("/memories?user_id=u").await;
-    reply.assert_error(503, "store_unavailable");
+    reply.assert_error(500, "internal_error");
 
     let mut texts = server.list_texts("user_id=u").await;
     texts.sort();

@@ -47,13 +47,35 @@ impl Error {
     }
 }
 
+/// True for database error codes that mean "the store cannot serve now" rather than a bug.
+/// Postgres SQLSTATEs have five characters: classes 08 (connection), 53 (insufficient resources),
+/// 57 (operator intervention). SQLite codes are numbers whose low byte is the primary code:
+/// BUSY 5, LOCKED 6, IOERR 10, FULL 13, CANTOPEN 14.
+fn transient_database_code(code: &str) -> bool {
+    if code.len() == 5 {
+        return ["08", "53", "57"].iter().any(|class| code.starts_with(class));
+    }
+    code.parse::<u32>().is_ok_and(|value| matches!(value & 0xff, 5 | 6 | 10 | 13 | 14))
+}
+
 impl From<sqlx::Error> for Error {
+    /// Connection-level failures (the store is down, busy or out of resources) are
+    /// `StoreUnavailable` (503, worth retrying); anything else is a bug or corrupt state (500).
     fn from(error: sqlx::Error) -> Self {
-        match error {
-            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) => {
-                Self::StoreUnavailable(error.to_string())
-            }
-            other => Self::StoreUnavailable(other.to_string()),
+        let unavailable = match &error {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(database) => database.code().is_some_and(|code| transient_database_code(&code)),
+            _ => false,
+        };
+        if unavailable {
+            Self::StoreUnavailable(error.to_string())
+        } else {
+            Self::Internal(format!("store error: {error}"))
         }
     }
 }
@@ -107,5 +129,20 @@ impl ProviderError {
     /// Builds a provider error without a retry hint.
     pub fn new(kind: ProviderErrorKind, provider: impl Into<String>, message: impl Into<String>) -> Self {
         Self { kind, provider: provider.into(), message: message.into(), retry_after: None }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transient_database_code;
+
+    #[test]
+    fn classifies_database_codes() {
+        for transient in ["08006", "57P01", "53300", "5", "517", "6", "10", "13", "14"] {
+            assert!(transient_database_code(transient), "{transient}");
+        }
+        for bug in ["42P01", "23505", "1", "19", "2067"] {
+            assert!(!transient_database_code(bug), "{bug}");
+        }
     }
 }

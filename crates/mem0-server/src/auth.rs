@@ -4,7 +4,6 @@
 //! [`mem0_core::Caller`] that the core checks on every operation.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, StatusCode};
@@ -465,6 +464,3 @@ fn strip_scheme<'a>(value: &'a str, scheme: &str) -> Option<&'a str> {
     let (given, rest) = value.split_once(' ')?;
     given.eq_ignore_ascii_case(scheme).then(|| rest.trim()).filter(|rest| !rest.is_empty())
 }
-
-/// Shared handle.
-pub type SharedAuthenticator = Arc<Authenticator>;

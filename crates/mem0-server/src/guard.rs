@@ -8,7 +8,6 @@ use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use mem0_core::Caller;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::rate_limit::{client_ip, Decision, RouteClass};
@@ -92,9 +91,4 @@ fn set_headers(response: &mut Response, limit: u32, remaining: u32, reset: Optio
     if let Some(reset) = reset {
         put("ratelimit-reset", reset.to_string());
     }
-}
-
-/// The caller of a request, as established by [`guard`].
-pub fn caller_of(request_extensions: &axum::http::Extensions) -> Option<&Caller> {
-    request_extensions.get::<Caller>()
 }
