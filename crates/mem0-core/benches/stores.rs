@@ -101,7 +101,7 @@ fn dataset(n: usize) -> Dataset {
     Dataset { scopes, queries }
 }
 
-async fn run(name: &str, store: &dyn VectorStore, data: &Dataset, postgres: Option<&sqlx::PgPool>) {
+async fn load(name: &str, store: &dyn VectorStore, data: &Dataset, postgres: Option<&sqlx::PgPool>) {
     store.ensure_dimension(DIM, "bench").await.expect("dimension");
     let total: usize = data.scopes.iter().map(|(_, records)| records.len()).sum();
     let started = Instant::now();
@@ -116,6 +116,9 @@ async fn run(name: &str, store: &dyn VectorStore, data: &Dataset, postgres: Opti
         // What autovacuum would do shortly after a bulk load: fresh planner statistics.
         sqlx::query("analyze memories").execute(pool).await.expect("analyze");
     }
+}
+
+async fn measure(name: &str, store: &dyn VectorStore, data: &Dataset) {
     for (user, records) in &data.scopes {
         let query = ScopedQuery {
             tenant: "bench".into(),
@@ -156,7 +159,8 @@ async fn main() {
     if stores.contains("sqlite") {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = SqliteStore::open_with_cache(&dir.path().join("bench.db"), n + 1).await.expect("open");
-        run("sqlite", &store, &data, None).await;
+        load("sqlite", &store, &data, None).await;
+        measure("sqlite", &store, &data).await;
     }
     if stores.contains("pgvector") {
         match std::env::var("DATABASE_URL") {
@@ -167,7 +171,17 @@ async fn main() {
                 sqlx::query(&format!("create database {name}")).execute(&admin).await.expect("create database");
                 let url = format!("{}/{name}", admin_url.rsplit_once('/').expect("url").0);
                 let store = PgVectorStore::connect(&url, &PgVectorConfig::default()).await.expect("connect");
-                run("pgvector", &store, &data, Some(store.pool())).await;
+                load("pgvector", &store, &data, Some(store.pool())).await;
+                measure("pgvector", &store, &data).await;
+                // The same data with exact ranking for larger scopes, to place exact_search_max_rows.
+                let wider = PgVectorConfig {
+                    exact_search_max_rows: 25_000,
+                    run_migrations: false,
+                    ..PgVectorConfig::default()
+                };
+                let exact_store = PgVectorStore::connect(&url, &wider).await.expect("connect");
+                measure("pgvector exact<=25k", &exact_store, &data).await;
+                exact_store.pool().close().await;
                 store.pool().close().await;
                 let _ = sqlx::query(&format!("drop database {name} with (force)")).execute(&admin).await;
             }

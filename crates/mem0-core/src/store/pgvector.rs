@@ -23,7 +23,7 @@ use crate::types::{MemoryRecord, Metadata};
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
 /// Scopes with at most this many rows are ranked exactly, without the HNSW index.
-pub const DEFAULT_EXACT_SEARCH_MAX_ROWS: i64 = 10_000;
+pub const DEFAULT_EXACT_SEARCH_MAX_ROWS: i64 = 20_000;
 
 const COLUMNS: &str = "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
                        expiration_date, attributed_to, role, actor_id, memory_type, embedding";
