@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use mem0_core::history::HistoryStore;
 use mem0_core::providers::embedder::{Embedder, LocalEmbedder};
+use mem0_core::providers::llm::build_llm;
 use mem0_core::store::SqliteStore;
 use mem0_core::Memory;
 use mem0_server::config::Settings;
@@ -70,14 +71,19 @@ impl TestServer {
         Self::start_with(test_settings(), local_embedder().await).await
     }
 
-    /// Starts a server with `settings` (store paths are replaced by a temp dir) and `embedder`.
+    /// Starts a server with `settings` (store paths are replaced by a temp dir; the LLM is built
+    /// from `settings.memory.llm`) and `embedder`.
     pub async fn start_with(mut settings: Settings, embedder: Arc<dyn Embedder>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let data_dir = dir.path().to_path_buf();
         settings.configure.state_path = data_dir.join("runtime-config.json");
         let store = SqliteStore::open(&data_dir.join("memories.db")).await.expect("open store");
         let history = HistoryStore::open(&data_dir.join("history.db")).await.expect("open history");
-        let memory = Memory::new(Arc::new(store), history, embedder).await.expect("memory service");
+        let llm = build_llm(&settings.memory.llm).expect("llm client");
+        let memory = Memory::new(Arc::new(store), history, embedder)
+            .await
+            .expect("memory service")
+            .with_llm(llm, settings.memory.extraction.clone());
         let state = mem0_server::assemble_state(memory, settings).await.expect("server state");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));

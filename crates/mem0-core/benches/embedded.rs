@@ -67,6 +67,8 @@ fn memory(tenant: &str, user: &str, index: usize, embedding: Vec<f32>) -> Memory
         role: Some("user".to_owned()),
         actor_id: None,
         memory_type: None,
+        linked_memory_ids: Vec::new(),
+        entities: Vec::new(),
         embedding,
     }
 }

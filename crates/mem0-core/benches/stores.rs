@@ -90,6 +90,8 @@ fn dataset(n: usize) -> Dataset {
                         role: None,
                         actor_id: None,
                         memory_type: None,
+                        linked_memory_ids: Vec::new(),
+                        entities: Vec::new(),
                         embedding: clustered(&mut rng, &centres, 0.08),
                     }
                 })

@@ -7,8 +7,9 @@ use serde::Deserialize;
 
 use crate::error::Result;
 use crate::history::HistoryStore;
-use crate::memory::Memory;
+use crate::memory::{ExtractionSettings, Memory};
 use crate::providers::embedder::{build_embedder, EmbedderConfig};
+use crate::providers::llm::{build_llm, LlmConfig};
 use crate::store::{PgVectorConfig, PgVectorStore, SqliteStore, VectorStore};
 
 /// Everything needed to build a [`Memory`].
@@ -21,6 +22,12 @@ pub struct MemoryConfig {
     pub vector_store: VectorStoreConfig,
     /// Where history and the message buffer live.
     pub history: HistoryConfig,
+    /// The LLM that extracts facts (`infer=true`) and writes procedural memories.
+    #[serde(default)]
+    pub llm: LlmConfig,
+    /// How the extraction prompt is built.
+    #[serde(default)]
+    pub extraction: ExtractionSettings,
 }
 
 /// Which vector store to use; settings of every provider may be present, `provider` picks one.
@@ -97,6 +104,7 @@ impl Memory {
             }
         };
         let history = HistoryStore::open(&config.history.path).await?;
-        Memory::new(store, history, embedder).await
+        let llm = build_llm(&config.llm)?;
+        Ok(Memory::new(store, history, embedder).await?.with_llm(llm, config.extraction.clone()))
     }
 }

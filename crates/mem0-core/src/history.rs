@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::auth::ApiKeys;
 use crate::error::{Error, Result};
 use crate::scope::Scope;
-use crate::types::{HistoryEvent, HistoryRecord};
+use crate::types::{HistoryEvent, HistoryRecord, Message};
 
 const SCHEMA: &str = r"
 create table if not exists history (
@@ -55,6 +55,22 @@ create table if not exists request_log (
 create index if not exists request_log_tenant on request_log (tenant, id);
 create index if not exists request_log_at on request_log (at);
 ";
+
+/// Messages kept per conversation session in the buffer.
+pub const BUFFER_KEEP: usize = 50;
+
+/// Conversation messages to buffer for a session (the context of later extractions).
+#[derive(Debug, Clone)]
+pub struct BufferedMessages {
+    /// Owning tenant.
+    pub tenant: String,
+    /// Session key (see [`crate::extraction::session_scope`]).
+    pub session: String,
+    /// When they were said.
+    pub at: DateTime<Utc>,
+    /// The messages, in order.
+    pub messages: Vec<Message>,
+}
 
 /// One handled request, as kept in the request log.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -179,6 +195,19 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`]; nothing is written then.
     pub async fn append(&self, records: &[HistoryRecord]) -> Result<()> {
+        self.append_with_messages(records, None).await
+    }
+
+    /// Appends history entries and, when given, buffered conversation messages in one
+    /// transaction, then trims that session's buffer to its newest [`BUFFER_KEEP`] messages.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`]; nothing is written then.
+    pub async fn append_with_messages(
+        &self,
+        records: &[HistoryRecord],
+        buffered: Option<&BufferedMessages>,
+    ) -> Result<()> {
         let mut transaction = self.pool.begin().await?;
         for record in records {
             sqlx::query(
@@ -203,8 +232,67 @@ impl HistoryStore {
             .execute(&mut *transaction)
             .await?;
         }
+        if let Some(buffered) = buffered.filter(|buffered| !buffered.messages.is_empty()) {
+            // seq continues after the session's last message, so order survives equal timestamps.
+            let last: Option<i64> =
+                sqlx::query_scalar("select max(seq) from messages where tenant = ? and session_scope = ?")
+                    .bind(&buffered.tenant)
+                    .bind(&buffered.session)
+                    .fetch_one(&mut *transaction)
+                    .await?;
+            let mut seq = last.unwrap_or(0);
+            for message in &buffered.messages {
+                seq += 1;
+                sqlx::query(
+                    "insert into messages (id, tenant, session_scope, role, content, name, created_at, seq) \
+                     values (?, ?, ?, ?, ?, ?, ?, ?)",
+                )
+                .bind(Uuid::now_v7().to_string())
+                .bind(&buffered.tenant)
+                .bind(&buffered.session)
+                .bind(&message.role)
+                .bind(&message.content)
+                .bind(&message.name)
+                .bind(buffered.at.timestamp_micros())
+                .bind(seq)
+                .execute(&mut *transaction)
+                .await?;
+            }
+            sqlx::query(
+                "delete from messages where tenant = ? and session_scope = ? and seq <= \
+                 (select seq from messages where tenant = ? and session_scope = ? order by seq desc limit 1 offset ?)",
+            )
+            .bind(&buffered.tenant)
+            .bind(&buffered.session)
+            .bind(&buffered.tenant)
+            .bind(&buffered.session)
+            .bind(BUFFER_KEEP as i64)
+            .execute(&mut *transaction)
+            .await?;
+        }
         transaction.commit().await?;
         Ok(())
+    }
+
+    /// Returns the newest `limit` buffered messages of a session, oldest first.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`].
+    pub async fn recent_messages(&self, tenant: &str, session: &str, limit: usize) -> Result<Vec<Message>> {
+        let rows = sqlx::query(
+            "select role, content, name from (select role, content, name, seq from messages \
+             where tenant = ? and session_scope = ? order by seq desc limit ?) order by seq",
+        )
+        .bind(tenant)
+        .bind(session)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Message { role: row.try_get("role")?, content: row.try_get("content")?, name: row.try_get("name")? })
+            })
+            .collect()
     }
 
     /// Removes entries by id (used to undo an append whose memory write was rolled back).

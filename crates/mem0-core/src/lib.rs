@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod extraction;
 pub mod filter;
 pub mod history;
 pub mod memory;
@@ -18,6 +19,9 @@ pub mod types;
 
 pub use config::{HistoryConfig, MemoryConfig, SqliteStoreConfig, VectorStoreConfig, VectorStoreProvider};
 pub use error::{Error, ProviderError, ProviderErrorKind, Result};
-pub use memory::{AddRequest, AddedMemory, ListPage, ListRequest, Memory, SearchRequest, UpdateRequest};
+pub use memory::{
+    AddOutcome, AddRequest, AddedMemory, ExtractionSettings, ListPage, ListRequest, Memory, SearchRequest,
+    UpdateRequest,
+};
 pub use scope::{Caller, Role, Scope, ScopeGrant};
 pub use types::{HistoryEvent, HistoryRecord, MemoryItem, Message, Metadata};

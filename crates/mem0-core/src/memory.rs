@@ -5,18 +5,21 @@
 //! vector-store write is one transaction, and if the history write that follows fails, the
 //! vector-store write is undone before the error is returned.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDate, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::{instrument, warn};
+use tracing::{debug, info, instrument, warn};
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
-use crate::filter::Filter;
-use crate::history::HistoryStore;
+use crate::error::{Error, ProviderError, ProviderErrorKind, Result};
+use crate::extraction::{self, ExtractionInput, PromptMessage};
+use crate::filter::{Condition, Field, Filter, Operand, Operator, Scalar, TextField};
+use crate::history::{BufferedMessages, HistoryStore};
 use crate::providers::embedder::Embedder;
+use crate::providers::llm::{ChatMessage, Llm, LlmRequest, TokenUsage};
 use crate::scope::{Caller, Role, Scope};
 use crate::store::{Cursor, ScopeCursor, ScopeKind, ScopePage, ScopedQuery, VectorStore};
 use crate::types::{memory_hash, HistoryEvent, HistoryRecord, MemoryItem, MemoryRecord, Message, Metadata};
@@ -95,6 +98,53 @@ pub struct AddedMemory {
     pub role: Option<String>,
 }
 
+/// What [`Memory::add`] did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AddOutcome {
+    /// The memories created.
+    pub results: Vec<AddedMemory>,
+    /// Things the caller should know although the call succeeded (e.g. an unreadable model reply).
+    pub warnings: Vec<String>,
+    /// Tokens the LLM call used, when there was one.
+    pub usage: Option<TokenUsage>,
+}
+
+/// How fact extraction builds its prompt.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtractionSettings {
+    /// Instructions added to every extraction prompt (a call's `prompt` replaces them).
+    #[serde(default)]
+    pub custom_instructions: Option<String>,
+    /// Buffered earlier messages of the same session shown as context.
+    #[serde(default = "default_context_messages")]
+    pub context_messages: usize,
+    /// Nearest existing memories shown (for dedup and linking).
+    #[serde(default = "default_existing_memories")]
+    pub existing_memories: usize,
+}
+
+fn default_context_messages() -> usize {
+    10
+}
+fn default_existing_memories() -> usize {
+    10
+}
+
+impl Default for ExtractionSettings {
+    fn default() -> Self {
+        Self {
+            custom_instructions: None,
+            context_messages: default_context_messages(),
+            existing_memories: default_existing_memories(),
+        }
+    }
+}
+
+/// Most entities kept per fact, and their longest length in characters.
+const MAX_ENTITIES_PER_FACT: usize = 20;
+const MAX_ENTITY_CHARS: usize = 100;
+
 /// Input of [`Memory::list`].
 #[derive(Debug, Clone)]
 pub struct ListRequest {
@@ -153,6 +203,8 @@ pub struct Memory {
     store: Arc<dyn VectorStore>,
     history: HistoryStore,
     embedder: Arc<dyn Embedder>,
+    llm: Option<Arc<dyn Llm>>,
+    extraction: ExtractionSettings,
 }
 
 impl Memory {
@@ -162,7 +214,20 @@ impl Memory {
     /// [`Error::Config`] on a dimension mismatch; store errors.
     pub async fn new(store: Arc<dyn VectorStore>, history: HistoryStore, embedder: Arc<dyn Embedder>) -> Result<Self> {
         store.ensure_dimension(embedder.dimension(), embedder.model_id()).await?;
-        Ok(Self { store, history, embedder })
+        Ok(Self { store, history, embedder, llm: None, extraction: ExtractionSettings::default() })
+    }
+
+    /// Returns the service with `llm` (or none) for fact extraction and procedural memory.
+    #[must_use]
+    pub fn with_llm(mut self, llm: Option<Arc<dyn Llm>>, extraction: ExtractionSettings) -> Self {
+        self.llm = llm;
+        self.extraction = extraction;
+        self
+    }
+
+    /// Returns the LLM in use, when one is configured.
+    pub fn llm(&self) -> Option<&Arc<dyn Llm>> {
+        self.llm.as_ref()
     }
 
     /// Returns a service using `embedder` with the same stores, after checking the store's
@@ -172,7 +237,7 @@ impl Memory {
     /// [`Error::Config`] on a dimension mismatch; store errors.
     pub async fn with_embedder(&self, embedder: Arc<dyn Embedder>) -> Result<Self> {
         self.store.ensure_dimension(embedder.dimension(), embedder.model_id()).await?;
-        Ok(Self { store: Arc::clone(&self.store), history: self.history.clone(), embedder })
+        Ok(Self { embedder, ..self.clone() })
     }
 
     /// Returns the history volume (history, message buffer, API keys, request log).
@@ -185,12 +250,13 @@ impl Memory {
         &self.embedder
     }
 
-    /// Stores memories from a conversation.
+    /// Stores memories from a conversation: verbatim (`infer=false`), as facts extracted by the
+    /// LLM (`infer=true`), or as one procedural summary (`memory_type = procedural_memory`).
     ///
     /// # Errors
-    /// Validation, scope and provider errors; on any error nothing is stored.
+    /// Validation, scope, store and provider errors; on any error nothing is stored.
     #[instrument(skip_all, fields(tenant = %caller.tenant, infer = request.infer, messages = request.messages.len()))]
-    pub async fn add(&self, caller: &Caller, request: AddRequest) -> Result<Vec<AddedMemory>> {
+    pub async fn add(&self, caller: &Caller, request: AddRequest) -> Result<AddOutcome> {
         caller.require(Role::Write)?;
         if request.scope.is_empty() {
             return Err(Error::validation("user_id", "at least one of user_id, agent_id or run_id is required"));
@@ -221,18 +287,31 @@ impl Memory {
                 ));
             }
         }
-        let metadata = sanitize_metadata(request.metadata)?;
-        if request.infer || request.memory_type.is_some() {
-            return Err(Error::LlmNotConfigured);
+        if request.prompt.as_ref().is_some_and(|prompt| prompt.len() > MAX_TEXT_BYTES) {
+            return Err(Error::validation("prompt", format!("at most {MAX_TEXT_BYTES} bytes")));
         }
+        let metadata = sanitize_metadata(request.metadata.clone())?;
+        if request.memory_type.is_some() {
+            if request.scope.agent_id.is_none() {
+                return Err(Error::validation("agent_id", "procedural memory needs an agent_id"));
+            }
+            return self.add_procedural(caller, request, metadata).await;
+        }
+        if request.infer {
+            return self.add_inferred(caller, request, metadata).await;
+        }
+        self.add_verbatim(caller, request, metadata).await
+    }
 
+    /// `infer=false`: every non-system message becomes a memory as it is.
+    async fn add_verbatim(&self, caller: &Caller, request: AddRequest, metadata: Metadata) -> Result<AddOutcome> {
         let sources: Vec<&Message> = request
             .messages
             .iter()
             .filter(|message| message.role != "system" && !message.content.trim().is_empty())
             .collect();
         if sources.is_empty() {
-            return Ok(Vec::new());
+            return Ok(AddOutcome::default());
         }
         let texts: Vec<String> = sources.iter().map(|message| message.content.trim().to_owned()).collect();
         let embeddings = self.embedder.embed_batch(&texts).await?;
@@ -259,27 +338,280 @@ impl Memory {
                 role: Some(message.role.clone()),
                 actor_id: message.name.clone(),
                 memory_type: None,
+                linked_memory_ids: Vec::new(),
+                entities: Vec::new(),
                 embedding,
             })
             .collect();
+        self.write_new(caller, &records, None, now).await?;
+        Ok(AddOutcome { results: added(records), warnings: Vec::new(), usage: None })
+    }
+
+    /// `infer=true`: one LLM call turns the new messages (with the session's earlier messages and
+    /// the nearest existing memories as context) into facts; new facts are stored, the messages
+    /// buffered, all or nothing.
+    async fn add_inferred(&self, caller: &Caller, request: AddRequest, metadata: Metadata) -> Result<AddOutcome> {
+        let llm = self.llm.clone().ok_or(Error::LlmNotConfigured)?;
+        let now = stored_now();
+        let observed_at = request.timestamp.map(|at| at.trunc_subsecs(6)).unwrap_or(now);
+        let new_messages: Vec<PromptMessage> = request
+            .messages
+            .iter()
+            .filter(|message| !message.content.trim().is_empty())
+            .map(|message| PromptMessage {
+                role: message.role.clone(),
+                name: message.name.clone(),
+                content: message.content.trim().to_owned(),
+            })
+            .collect();
+        if new_messages.is_empty() {
+            return Ok(AddOutcome::default());
+        }
+        let session = extraction::session_scope(&request.scope);
+        let earlier: Vec<PromptMessage> = self
+            .history
+            .recent_messages(&caller.tenant, &session, self.extraction.context_messages)
+            .await?
+            .into_iter()
+            .map(|message| PromptMessage { role: message.role, name: message.name, content: message.content })
+            .collect();
+
+        // The nearest live memories of exactly this scope: context for the model, and dedup.
+        let query_vector = self.embedder.embed(&extraction::flatten(&new_messages)).await?;
+        let scope_query = self.scoped_query(caller, request.scope.clone(), None, false);
+        let existing: Vec<MemoryRecord> = if self.extraction.existing_memories == 0 {
+            Vec::new()
+        } else {
+            self.store
+                .search(&scope_query, &query_vector, self.extraction.existing_memories, 0.0)
+                .await?
+                .into_iter()
+                .map(|scored| scored.record)
+                .collect()
+        };
+        let existing_texts: Vec<String> = existing.iter().map(|record| record.memory.clone()).collect();
+        let custom = request.prompt.as_deref().or(self.extraction.custom_instructions.as_deref());
+        let user_prompt = extraction::user_prompt(&ExtractionInput {
+            earlier: &earlier,
+            existing: &existing_texts,
+            new_messages: &new_messages,
+            observation_date: observed_at.date_naive(),
+            custom_instructions: custom,
+        });
+        let llm_request = LlmRequest {
+            messages: vec![
+                ChatMessage::system(extraction::system_prompt(&request.scope)),
+                ChatMessage::user(user_prompt),
+            ],
+            json: true,
+        };
+        let response = llm.complete(&llm_request).await?;
+        info!(
+            provider = llm.provider(),
+            model = llm.model(),
+            prompt_tokens = response.usage.prompt_tokens,
+            completion_tokens = response.usage.completion_tokens,
+            "extraction call"
+        );
+        let facts = match extraction::parse_facts(&response.text) {
+            Ok(facts) => facts,
+            Err(reason) => {
+                let preview: String = response.text.chars().take(200).collect();
+                warn!(%reason, reply_chars = response.text.chars().count(), %preview, "unreadable extraction reply; nothing stored");
+                return Ok(AddOutcome {
+                    results: Vec::new(),
+                    warnings: vec![format!(
+                        "the model's reply could not be read as facts ({reason}); nothing was stored, retry the call"
+                    )],
+                    usage: Some(response.usage),
+                });
+            }
+        };
+
+        let mut warnings = Vec::new();
+        let mut seen: HashSet<String> = existing.iter().map(|record| record.hash.clone()).collect();
+        let mut kept = Vec::new();
+        for fact in facts {
+            if fact.text.len() > MAX_TEXT_BYTES {
+                warnings.push(format!("a fact longer than {MAX_TEXT_BYTES} bytes was dropped"));
+                continue;
+            }
+            let hash = memory_hash(&fact.text);
+            if seen.insert(hash.clone()) {
+                kept.push((fact, hash));
+            }
+        }
+        // Exact duplicates anywhere in the scope, not only among the nearest memories.
+        if !kept.is_empty() {
+            let known = self.existing_hashes(caller, &request.scope, kept.iter().map(|(_, hash)| hash.clone())).await?;
+            kept.retain(|(_, hash)| !known.contains(hash));
+        }
+
+        let buffered = BufferedMessages {
+            tenant: caller.tenant.clone(),
+            session,
+            at: observed_at,
+            messages: request.messages.iter().filter(|message| message.role != "system").cloned().collect(),
+        };
+        let texts: Vec<String> = kept.iter().map(|(fact, _)| fact.text.clone()).collect();
+        let embeddings = if texts.is_empty() { Vec::new() } else { self.embedder.embed_batch(&texts).await? };
+        if embeddings.len() != texts.len() {
+            return Err(Error::Internal("embedder returned a wrong number of vectors".into()));
+        }
+        let mut invented = 0usize;
+        let records: Vec<MemoryRecord> = kept
+            .into_iter()
+            .zip(embeddings)
+            .map(|((fact, hash), embedding)| {
+                let mut linked = Vec::new();
+                for short_id in &fact.linked_ids {
+                    match short_id
+                        .trim_matches(|c: char| !c.is_ascii_digit())
+                        .parse::<usize>()
+                        .ok()
+                        .and_then(|index| index.checked_sub(1))
+                        .and_then(|index| existing.get(index))
+                    {
+                        Some(record) if !linked.contains(&record.id) => linked.push(record.id),
+                        Some(_) => {}
+                        None => invented += 1,
+                    }
+                }
+                MemoryRecord {
+                    id: Uuid::now_v7(),
+                    tenant: caller.tenant.clone(),
+                    scope: request.scope.clone(),
+                    memory: fact.text,
+                    hash,
+                    metadata: metadata.clone(),
+                    created_at: observed_at,
+                    updated_at: observed_at,
+                    expiration_date: request.expiration_date,
+                    attributed_to: fact.attributed_to,
+                    role: None,
+                    actor_id: None,
+                    memory_type: None,
+                    linked_memory_ids: linked,
+                    entities: clean_entities(fact.entities),
+                    embedding,
+                }
+            })
+            .collect();
+        if invented > 0 {
+            debug!(invented, "ignored linked memory ids the model made up");
+        }
+        self.write_new(caller, &records, Some(&buffered), now).await?;
+        Ok(AddOutcome { results: added(records), warnings, usage: Some(response.usage) })
+    }
+
+    /// `memory_type = procedural_memory`: one LLM call summarises the agent's run into one memory.
+    async fn add_procedural(&self, caller: &Caller, request: AddRequest, metadata: Metadata) -> Result<AddOutcome> {
+        let llm = self.llm.clone().ok_or(Error::LlmNotConfigured)?;
+        let now = stored_now();
+        let observed_at = request.timestamp.map(|at| at.trunc_subsecs(6)).unwrap_or(now);
+        let transcript: Vec<String> = request
+            .messages
+            .iter()
+            .filter(|message| !message.content.trim().is_empty())
+            .map(|message| format!("{}: {}", message.role, message.content.trim()))
+            .collect();
+        if transcript.is_empty() {
+            return Ok(AddOutcome::default());
+        }
+        let system = request.prompt.clone().unwrap_or_else(|| extraction::PROCEDURAL_PROMPT.to_owned());
+        let llm_request = LlmRequest {
+            messages: vec![
+                ChatMessage::system(system),
+                ChatMessage::user(format!(
+                    "## Conversation\n{}\n\nWrite the procedural memory of this conversation.",
+                    transcript.join("\n")
+                )),
+            ],
+            json: false,
+        };
+        let response = llm.complete(&llm_request).await?;
+        info!(
+            provider = llm.provider(),
+            model = llm.model(),
+            prompt_tokens = response.usage.prompt_tokens,
+            completion_tokens = response.usage.completion_tokens,
+            "procedural memory call"
+        );
+        let summary = extraction::clean_summary(&response.text);
+        if summary.is_empty() {
+            return Err(ProviderError::new(
+                ProviderErrorKind::BadResponse,
+                llm.provider(),
+                "the model returned an empty summary",
+            )
+            .into());
+        }
+        let summary = truncate_to_bytes(summary, MAX_TEXT_BYTES);
+        let embedding = self.embedder.embed(&summary).await?;
+        let record = MemoryRecord {
+            id: Uuid::now_v7(),
+            tenant: caller.tenant.clone(),
+            scope: request.scope.clone(),
+            hash: memory_hash(&summary),
+            memory: summary,
+            metadata,
+            created_at: observed_at,
+            updated_at: observed_at,
+            expiration_date: request.expiration_date,
+            attributed_to: None,
+            role: None,
+            actor_id: None,
+            memory_type: Some("procedural_memory".to_owned()),
+            linked_memory_ids: Vec::new(),
+            entities: Vec::new(),
+            embedding,
+        };
+        let records = vec![record];
+        self.write_new(caller, &records, None, now).await?;
+        Ok(AddOutcome { results: added(records), warnings: Vec::new(), usage: Some(response.usage) })
+    }
+
+    /// Hashes among `hashes` that memories of exactly `scope` already have.
+    async fn existing_hashes(
+        &self,
+        caller: &Caller,
+        scope: &Scope,
+        hashes: impl Iterator<Item = String>,
+    ) -> Result<HashSet<String>> {
+        let values: Vec<Scalar> = hashes.map(Scalar::Text).collect();
+        let wanted = values.len();
+        let filter = Filter::Condition(Condition {
+            field: Field::Text(TextField::Hash),
+            op: Operator::In,
+            value: Operand::Many(values),
+        });
+        let query = self.scoped_query(caller, scope.clone(), Some(filter), false);
+        let page = self.store.list(&query, None, wanted.clamp(1, MAX_PAGE_SIZE)).await?;
+        Ok(page.records.into_iter().map(|record| record.hash).collect())
+    }
+
+    /// Writes new memories, their ADD history and (optionally) buffered messages; on a history
+    /// failure the memory rows are removed again, so the call leaves nothing behind.
+    async fn write_new(
+        &self,
+        caller: &Caller,
+        records: &[MemoryRecord],
+        buffered: Option<&BufferedMessages>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
         let history: Vec<HistoryRecord> =
             records.iter().map(|record| HistoryRecord::for_event(record, HistoryEvent::Add, None, now)).collect();
-        self.store.insert(&records).await?;
-        if let Err(error) = self.history.append(&history).await {
-            let ids: Vec<Uuid> = records.iter().map(|record| record.id).collect();
-            self.undo("add", self.store.delete(&caller.tenant, &ids).await.map(|_| ()));
+        if !records.is_empty() {
+            self.store.insert(records).await?;
+        }
+        if let Err(error) = self.history.append_with_messages(&history, buffered).await {
+            if !records.is_empty() {
+                let ids: Vec<Uuid> = records.iter().map(|record| record.id).collect();
+                self.undo("add", self.store.delete(&caller.tenant, &ids).await.map(|_| ()));
+            }
             return Err(error);
         }
-        Ok(records
-            .into_iter()
-            .map(|record| AddedMemory {
-                id: record.id,
-                memory: record.memory,
-                event: HistoryEvent::Add,
-                actor_id: record.actor_id,
-                role: record.role,
-            })
-            .collect())
+        Ok(())
     }
 
     /// Returns one memory. Expired memories are returned too.
@@ -560,6 +892,42 @@ impl Memory {
             warn!(operation, %error, "could not undo a memory write after a history failure");
         }
     }
+}
+
+fn added(records: Vec<MemoryRecord>) -> Vec<AddedMemory> {
+    records
+        .into_iter()
+        .map(|record| AddedMemory {
+            id: record.id,
+            memory: record.memory,
+            event: HistoryEvent::Add,
+            actor_id: record.actor_id,
+            role: record.role,
+        })
+        .collect()
+}
+
+/// Trims, drops empty, over-long and repeated (case-insensitively) entity names; bounds the count.
+fn clean_entities(entities: Vec<String>) -> Vec<String> {
+    let mut seen = HashSet::new();
+    entities
+        .into_iter()
+        .map(|entity| entity.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|entity| !entity.is_empty() && entity.chars().count() <= MAX_ENTITY_CHARS)
+        .filter(|entity| seen.insert(entity.to_lowercase()))
+        .take(MAX_ENTITIES_PER_FACT)
+        .collect()
+}
+
+fn truncate_to_bytes(mut text: String, limit: usize) -> String {
+    if text.len() > limit {
+        let mut end = limit;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 /// The current time at the precision the stores keep (microseconds), so what a write returns

@@ -40,6 +40,10 @@ pub struct MemoryRecord {
     pub actor_id: Option<String>,
     /// `procedural_memory` for procedural summaries.
     pub memory_type: Option<String>,
+    /// Existing memories the extraction linked this fact to (related, updated or corrected).
+    pub linked_memory_ids: Vec<Uuid>,
+    /// Named things the fact mentions (people, places, products…).
+    pub entities: Vec<String>,
     /// Unit-length embedding of `memory`.
     pub embedding: Vec<f32>,
 }
@@ -96,6 +100,12 @@ pub struct MemoryItem {
     /// `procedural_memory` for procedural summaries.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_type: Option<String>,
+    /// Existing memories the extraction linked this fact to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub linked_memory_ids: Vec<Uuid>,
+    /// Named things the fact mentions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entities: Vec<String>,
     /// Similarity score, on search results only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f32>,
@@ -118,6 +128,8 @@ impl From<MemoryRecord> for MemoryItem {
             attributed_to: record.attributed_to,
             expiration_date: record.expiration_date,
             memory_type: record.memory_type,
+            linked_memory_ids: record.linked_memory_ids,
+            entities: record.entities,
             score: None,
         }
     }
@@ -245,6 +257,8 @@ mod tests {
             role: None,
             actor_id: None,
             memory_type: None,
+            linked_memory_ids: Vec::new(),
+            entities: Vec::new(),
             embedding: vec![],
         };
         assert!(!record.is_expired(today));

@@ -37,6 +37,8 @@ fn record(tenant: &str, user: &str, text: &str, embedding: Vec<f32>, metadata: V
         role: Some("user".to_owned()),
         actor_id: None,
         memory_type: None,
+        linked_memory_ids: Vec::new(),
+        entities: Vec::new(),
         embedding,
     }
 }
@@ -53,7 +55,11 @@ fn query(tenant: &str, user: &str, filter: Option<Value>) -> ScopedQuery {
 
 async fn check_tenancy_and_crud(store: &dyn VectorStore) {
     store.ensure_dimension(DIM, "test").await.expect("dimension");
-    let mine = record("t1", "u", "mine", unit([1.0, 0.0, 0.0, 0.0]), json!({"k": 1}), 0);
+    let mut mine = record("t1", "u", "mine", unit([1.0, 0.0, 0.0, 0.0]), json!({"k": 1}), 0);
+    // Extraction output round-trips: attribution, links and entities (incl. non-ASCII).
+    mine.attributed_to = Some("user".into());
+    mine.linked_memory_ids = vec![Uuid::now_v7(), Uuid::now_v7()];
+    mine.entities = vec!["Biscuit".into(), "成都".into()];
     let theirs = record("t2", "u", "theirs", unit([1.0, 0.0, 0.0, 0.0]), json!({}), 0);
     store.insert(&[mine.clone(), theirs.clone()]).await.expect("insert");
     assert_eq!(store.get("t1", mine.id).await.expect("get"), Some(mine.clone()));

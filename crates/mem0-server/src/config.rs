@@ -111,6 +111,20 @@ impl Settings {
         if openai.base_url.is_none() {
             openai.base_url = plain_env("OPENAI_BASE_URL").filter(|url| !url.is_empty());
         }
+        let llm = &mut settings.memory.llm;
+        if llm.openai.api_key.is_none() {
+            llm.openai.api_key = plain_env("OPENAI_API_KEY").filter(|key| !key.is_empty()).map(SecretString::from);
+        }
+        if llm.openai.base_url.is_none() {
+            llm.openai.base_url = plain_env("OPENAI_BASE_URL").filter(|url| !url.is_empty());
+        }
+        if llm.anthropic.api_key.is_none() {
+            llm.anthropic.api_key =
+                plain_env("ANTHROPIC_API_KEY").filter(|key| !key.is_empty()).map(SecretString::from);
+        }
+        if llm.anthropic.base_url.is_none() {
+            llm.anthropic.base_url = plain_env("ANTHROPIC_BASE_URL").filter(|url| !url.is_empty());
+        }
         let pgvector = &mut settings.memory.vector_store.pgvector;
         if pgvector.url.is_none() {
             pgvector.url = plain_env("DATABASE_URL").filter(|url| !url.is_empty()).map(SecretString::from);

@@ -74,6 +74,13 @@ async fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
         dimension = state.memory().embedder().dimension(),
         "embedder ready"
     );
+    match state.memory().llm() {
+        Some(llm) => tracing::info!(provider = llm.provider(), model = llm.model(), "llm ready (infer=true enabled)"),
+        None => tracing::warn!(
+            "no llm configured: infer=true requests get 400 llm_not_configured; set OPENAI_API_KEY, OPENAI_BASE_URL, \
+             ANTHROPIC_API_KEY or memory.llm.* to enable fact extraction"
+        ),
+    }
     let listener = tokio::net::TcpListener::bind(bind)
         .await
         .map_err(|error| anyhow::anyhow!("cannot listen on {bind}: {error}"))?;

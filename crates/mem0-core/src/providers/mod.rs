@@ -1,3 +1,5 @@
-//! External providers behind traits: embedders now, LLMs and rerankers later.
+//! External providers behind traits: embedders and LLMs, with one HTTP policy for all of them.
 
 pub mod embedder;
+pub mod http;
+pub mod llm;

@@ -26,7 +26,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations"
 pub const DEFAULT_EXACT_SEARCH_MAX_ROWS: i64 = 20_000;
 
 const COLUMNS: &str = "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
-                       expiration_date, attributed_to, role, actor_id, memory_type, embedding";
+                       expiration_date, attributed_to, role, actor_id, memory_type, linked_memory_ids, entities, \
+                       embedding";
 
 /// Settings of the Postgres store.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -120,6 +121,8 @@ fn row_to_record(row: &PgRow) -> Result<MemoryRecord> {
         role: row.try_get("role")?,
         actor_id: row.try_get("actor_id")?,
         memory_type: row.try_get("memory_type")?,
+        linked_memory_ids: row.try_get("linked_memory_ids")?,
+        entities: row.try_get("entities")?,
         embedding: embedding.to_vec(),
     })
 }
@@ -206,7 +209,7 @@ impl VectorStore for PgVectorStore {
     }
 
     async fn insert(&self, records: &[MemoryRecord]) -> Result<()> {
-        const COLUMN_COUNT: usize = 16;
+        const COLUMN_COUNT: usize = 18;
         // Multi-row inserts: one round trip per 500 rows, all in one transaction.
         let mut transaction = self.pool.begin().await?;
         for chunk in records.chunks(500) {
@@ -236,6 +239,8 @@ impl VectorStore for PgVectorStore {
                     .bind(&record.role)
                     .bind(&record.actor_id)
                     .bind(&record.memory_type)
+                    .bind(&record.linked_memory_ids)
+                    .bind(&record.entities)
                     .bind(Vector::from(record.embedding.clone()));
             }
             query.execute(&mut *transaction).await?;

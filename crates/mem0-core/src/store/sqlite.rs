@@ -48,6 +48,8 @@ create table if not exists memories (
     role text,
     actor_id text,
     memory_type text,
+    linked_memory_ids text not null default '[]',
+    entities text not null default '[]',
     embedding blob not null
 );
 create index if not exists memories_user on memories (tenant, user_id, created_at desc, id desc, expiration_date);
@@ -70,7 +72,8 @@ create index if not exists memories_entities_scope on memories_entities (tenant,
 ";
 
 const COLUMNS: &str = "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
-                       expiration_date, attributed_to, role, actor_id, memory_type, embedding";
+                       expiration_date, attributed_to, role, actor_id, memory_type, linked_memory_ids, entities, \
+                       embedding";
 
 /// Default number of embeddings kept in memory (about 150 MB at 384 dimensions).
 pub const DEFAULT_VECTOR_CACHE_ENTRIES: usize = 100_000;
@@ -158,6 +161,7 @@ impl SqliteStore {
     /// [`Error::StoreUnavailable`] when the file cannot be opened or created.
     pub async fn open_with_cache(path: &Path, cache_entries: usize) -> Result<Self> {
         let pool = open_sqlite(path, SCHEMA).await?;
+        add_missing_columns(&pool).await?;
         let cache = Arc::new(VectorCache { vectors: RwLock::default(), capacity: cache_entries });
         Ok(Self { pool, cache })
     }
@@ -214,6 +218,21 @@ pub(crate) async fn open_sqlite(path: &Path, schema: &str) -> Result<SqlitePool>
     Ok(pool)
 }
 
+/// Columns added after the first release, created on databases that predate them.
+const ADDED_COLUMNS: [(&str, &str); 2] =
+    [("linked_memory_ids", "text not null default '[]'"), ("entities", "text not null default '[]'")];
+
+async fn add_missing_columns(pool: &SqlitePool) -> Result<()> {
+    let present: Vec<String> =
+        sqlx::query_scalar("select name from pragma_table_info('memories')").fetch_all(pool).await?;
+    for (name, definition) in ADDED_COLUMNS {
+        if !present.iter().any(|column| column == name) {
+            sqlx::raw_sql(&format!("alter table memories add column {name} {definition}")).execute(pool).await?;
+        }
+    }
+    Ok(())
+}
+
 fn bind_all<'q>(
     mut query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
     binds: &'q [Bind],
@@ -250,6 +269,8 @@ fn row_to_record(row: &SqliteRow) -> Result<MemoryRecord> {
     let metadata: String = row.try_get("metadata")?;
     let expiration: Option<String> = row.try_get("expiration_date")?;
     let embedding: Vec<u8> = row.try_get("embedding")?;
+    let linked: String = row.try_get("linked_memory_ids")?;
+    let entities: String = row.try_get("entities")?;
     Ok(MemoryRecord {
         id: Uuid::parse_str(&id).map_err(|error| Error::Internal(format!("stored id {id}: {error}")))?,
         tenant: row.try_get("tenant")?,
@@ -272,31 +293,39 @@ fn row_to_record(row: &SqliteRow) -> Result<MemoryRecord> {
         role: row.try_get("role")?,
         actor_id: row.try_get("actor_id")?,
         memory_type: row.try_get("memory_type")?,
+        linked_memory_ids: serde_json::from_str(&linked)
+            .map_err(|error| Error::Internal(format!("stored linked_memory_ids of {id}: {error}")))?,
+        entities: serde_json::from_str(&entities)
+            .map_err(|error| Error::Internal(format!("stored entities of {id}: {error}")))?,
         embedding: decode_embedding(&embedding),
     })
 }
 
 async fn insert_one(executor: &mut sqlx::SqliteConnection, record: &MemoryRecord) -> Result<()> {
     let metadata = serde_json::Value::Object(record.metadata.clone()).to_string();
-    sqlx::query(&format!("insert into memories ({COLUMNS}) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"))
-        .bind(record.id.to_string())
-        .bind(&record.tenant)
-        .bind(&record.scope.user_id)
-        .bind(&record.scope.agent_id)
-        .bind(&record.scope.run_id)
-        .bind(&record.memory)
-        .bind(&record.hash)
-        .bind(metadata)
-        .bind(micros(record.created_at))
-        .bind(micros(record.updated_at))
-        .bind(record.expiration_date.map(|date| date.format("%Y-%m-%d").to_string()))
-        .bind(&record.attributed_to)
-        .bind(&record.role)
-        .bind(&record.actor_id)
-        .bind(&record.memory_type)
-        .bind(encode_embedding(&record.embedding))
-        .execute(executor)
-        .await?;
+    sqlx::query(&format!(
+        "insert into memories ({COLUMNS}) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ))
+    .bind(record.id.to_string())
+    .bind(&record.tenant)
+    .bind(&record.scope.user_id)
+    .bind(&record.scope.agent_id)
+    .bind(&record.scope.run_id)
+    .bind(&record.memory)
+    .bind(&record.hash)
+    .bind(metadata)
+    .bind(micros(record.created_at))
+    .bind(micros(record.updated_at))
+    .bind(record.expiration_date.map(|date| date.format("%Y-%m-%d").to_string()))
+    .bind(&record.attributed_to)
+    .bind(&record.role)
+    .bind(&record.actor_id)
+    .bind(&record.memory_type)
+    .bind(serde_json::to_string(&record.linked_memory_ids).unwrap_or_else(|_| "[]".to_owned()))
+    .bind(serde_json::to_string(&record.entities).unwrap_or_else(|_| "[]".to_owned()))
+    .bind(encode_embedding(&record.embedding))
+    .execute(executor)
+    .await?;
     Ok(())
 }
 

@@ -98,6 +98,10 @@ pub struct AddMemoriesRequest {
 pub struct AddMemoriesResponse {
     /// The memories created.
     pub results: Vec<AddedMemoryResponse>,
+    /// Things to know although the call succeeded, e.g. that the model's reply could not be read
+    /// and nothing was stored (absent when there are none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// One created memory.
@@ -254,7 +258,9 @@ fn message_text(content: MessageContent) -> String {
 /// Add memories from a conversation
 ///
 /// With `infer=false` every non-system message is stored verbatim; with `infer=true` (the default)
-/// an LLM extracts facts (needs an LLM to be configured).
+/// one LLM call extracts self-contained facts (needs an LLM to be configured); with
+/// `memory_type=procedural_memory` and an `agent_id` the conversation becomes one procedural
+/// summary. All or nothing: on any error nothing is stored.
 #[utoipa::path(
     post,
     path = "/memories",
@@ -267,7 +273,7 @@ fn message_text(content: MessageContent) -> String {
         (status = 200, description = "Memories created", body = AddMemoriesResponse),
         (status = 400, description = "Invalid input or no LLM configured for infer=true", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 502, description = "Embedding provider failed", body = ErrorBody),
+        (status = 502, description = "Embedding or LLM provider failed (provider_* codes)", body = ErrorBody),
         (status = 503, description = "Store or provider unavailable", body = ErrorBody),
         (status = 504, description = "Provider or request timed out", body = ErrorBody),
     )
@@ -302,8 +308,11 @@ pub async fn add_memories(
         prompt: body.prompt,
         timestamp,
     };
-    let added = state.memory().add(&caller, request).await?;
-    Ok(AppJson(AddMemoriesResponse { results: added.into_iter().map(AddedMemoryResponse::from).collect() }))
+    let outcome = state.memory().add(&caller, request).await?;
+    Ok(AppJson(AddMemoriesResponse {
+        results: outcome.results.into_iter().map(AddedMemoryResponse::from).collect(),
+        warnings: outcome.warnings,
+    }))
 }
 
 /// List memories of a scope, newest first, paginated
@@ -425,7 +434,7 @@ pub async fn get_memory(
         (status = 200, description = "Updated", body = UpdateMemoryResponse),
         (status = 400, description = "Invalid input or malformed id", body = ErrorBody),
         (status = 404, description = "No such memory", body = ErrorBody),
-        (status = 502, description = "Embedding provider failed", body = ErrorBody),
+        (status = 502, description = "Embedding or LLM provider failed (provider_* codes)", body = ErrorBody),
         (status = 503, description = "Store unavailable", body = ErrorBody),
     )
 )]

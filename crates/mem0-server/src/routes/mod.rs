@@ -71,6 +71,12 @@ pub struct MemoryResponse {
     /// `procedural_memory` for procedural summaries.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_type: Option<String>,
+    /// Existing memories the extraction linked this fact to (related, updated or corrected).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub linked_memory_ids: Vec<Uuid>,
+    /// Named things the fact mentions (people, places, products…).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub entities: Vec<String>,
     /// Similarity to the query in [0, 1] (search only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f32>,
@@ -93,6 +99,8 @@ impl From<MemoryItem> for MemoryResponse {
             attributed_to: item.attributed_to,
             expiration_date: item.expiration_date,
             memory_type: item.memory_type,
+            linked_memory_ids: item.linked_memory_ids,
+            entities: item.entities,
             score: item.score,
         }
     }

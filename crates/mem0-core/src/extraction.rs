@@ -1,0 +1,380 @@
+//! Fact extraction with one LLM call: the prompt, and a tolerant reader of the model's reply.
+//!
+//! The prompt is ours (not Mem0's text). It is deliberately short: the rules a model needs to
+//! write good memories, the context (earlier messages, the nearest existing memories with short
+//! integer ids, the new messages, the observation date) and the JSON shape of the answer.
+
+use std::fmt::Write as _;
+
+use chrono::NaiveDate;
+use regex::Regex;
+use serde_json::Value;
+
+use crate::scope::Scope;
+
+/// The system prompt of fact extraction.
+pub const EXTRACTION_PROMPT: &str = r#"You maintain the long-term memory of an assistant. Read the New Messages and write down the facts worth remembering in later conversations.
+
+Rules:
+1. Evidence only: every fact must be stated or clearly implied by the New Messages. No guesses, no outside knowledge.
+2. Both speakers count. Keep what the user says about themselves: identity, preferences, plans, people, possessions, health, work, history. From the assistant keep only what the user will want later, written as what the user was told or recommended ("User was recommended the night train to Vienna").
+3. Self-contained: a fact must make sense alone. Replace pronouns and references ("she", "my boss", "that place") with who or what they are; call the user "User" unless their name is known. Keep names, numbers, amounts, units, places and qualifiers exactly as said.
+4. Dates: rewrite relative times ("yesterday", "next Friday", "two years ago") as absolute dates using the Observation Date, and keep the date in the fact.
+5. One fact per idea, one sentence each; join lines that describe the same event.
+6. Skip greetings, thanks, small talk, unanswered questions and anything an Existing Memory already says. When a new fact changes, corrects or adds to an existing memory, write the new fact in full and put that memory's id in linked_memory_ids.
+7. Write every fact in the language of the conversation. Never translate.
+8. entities: the specific people, places, organisations, products, projects, pets and other named things in the fact, spelled as in the fact. Not generic words such as "User", "friend" or "food".
+
+Answer with one JSON object and nothing else:
+{"facts": [{"text": "...", "attributed_to": "user", "linked_memory_ids": ["2"], "entities": ["..."]}]}
+attributed_to is "user" or "assistant": whose message the fact comes from. With nothing worth remembering, answer {"facts": []}."#;
+
+/// Appended to the system prompt when the memories belong to an agent and no user.
+pub const AGENT_SUFFIX: &str = "\n\nThese memories belong to the agent, not to a user: write each fact as what the agent learned, was told or decided (\"Agent was told the deploy window is Friday 18:00 UTC\").";
+
+/// The system prompt of procedural memory: one summary of an agent's run.
+pub const PROCEDURAL_PROMPT: &str = r"You write the procedural memory of an AI agent: a faithful record of what it did, so it can resume or repeat the work later.
+
+Summarise the conversation below as:
+Task: the goal, in one or two sentences.
+Progress: what is done and what remains.
+Steps: numbered, in order. For each step give the action, its key inputs, and the exact outcome (results, values, errors, file names, URLs, identifiers copied verbatim). Keep every number and name.
+Write in the language of the conversation. Output only the summary.";
+
+/// Longest message content quoted from the buffer of earlier messages, in characters.
+const EARLIER_MESSAGE_CHARS: usize = 300;
+
+/// One line of a conversation as shown to the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptMessage {
+    /// `user`, `assistant` or `system`.
+    pub role: String,
+    /// Speaker name, when known.
+    pub name: Option<String>,
+    /// Text.
+    pub content: String,
+}
+
+/// Everything the user part of the extraction prompt is built from.
+#[derive(Debug, Clone)]
+pub struct ExtractionInput<'a> {
+    /// Buffered messages of the same scope, oldest first.
+    pub earlier: &'a [PromptMessage],
+    /// The nearest existing memories, in the order their short ids (1, 2, …) are given.
+    pub existing: &'a [String],
+    /// The messages to extract from.
+    pub new_messages: &'a [PromptMessage],
+    /// The date relative times are resolved against.
+    pub observation_date: NaiveDate,
+    /// Extra instructions (per call, else from config).
+    pub custom_instructions: Option<&'a str>,
+}
+
+/// The system prompt for `scope`.
+pub fn system_prompt(scope: &Scope) -> String {
+    let mut prompt = EXTRACTION_PROMPT.to_owned();
+    if scope.agent_id.is_some() && scope.user_id.is_none() {
+        prompt.push_str(AGENT_SUFFIX);
+    }
+    prompt
+}
+
+/// Builds the user message: earlier messages, existing memories, new messages, observation
+/// date and custom instructions, in that order.
+pub fn user_prompt(input: &ExtractionInput<'_>) -> String {
+    let mut prompt = String::new();
+    if !input.earlier.is_empty() {
+        prompt.push_str("## Earlier Messages (context only; facts from them are already stored)\n");
+        for message in input.earlier {
+            let content: String = message.content.chars().take(EARLIER_MESSAGE_CHARS).collect();
+            let ellipsis = if content.len() < message.content.len() { "..." } else { "" };
+            let _ = writeln!(prompt, "{}: {content}{ellipsis}", speaker(message));
+        }
+        prompt.push('\n');
+    }
+    prompt.push_str("## Existing Memories\n");
+    if input.existing.is_empty() {
+        prompt.push_str("(none)\n");
+    }
+    for (index, text) in input.existing.iter().enumerate() {
+        let _ = writeln!(prompt, "[{}] {}", index + 1, one_line(text));
+    }
+    prompt.push_str("\n## New Messages\n");
+    for message in input.new_messages {
+        let _ = writeln!(prompt, "{}: {}", speaker(message), message.content.trim());
+    }
+    let _ = write!(
+        prompt,
+        "\n## Observation Date\n{} ({})\n",
+        input.observation_date.format("%Y-%m-%d"),
+        input.observation_date.format("%A")
+    );
+    if let Some(instructions) = input.custom_instructions.map(str::trim).filter(|text| !text.is_empty()) {
+        let _ = write!(prompt, "\n## Custom Instructions\n{instructions}\n");
+    }
+    prompt
+}
+
+fn speaker(message: &PromptMessage) -> String {
+    match &message.name {
+        Some(name) => format!("{} ({name})", message.role),
+        None => message.role.clone(),
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The conversation flattened to `role: content` lines (system, user and assistant messages).
+pub fn flatten(messages: &[PromptMessage]) -> String {
+    messages
+        .iter()
+        .map(|message| format!("{}: {}", message.role, message.content.trim()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One fact as the model returned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtractedFact {
+    /// The fact.
+    pub text: String,
+    /// `user` or `assistant`, when given and valid.
+    pub attributed_to: Option<String>,
+    /// Short ids (`"1"`, `"2"`, …) of related existing memories, as the model wrote them.
+    pub linked_ids: Vec<String>,
+    /// Named things in the fact.
+    pub entities: Vec<String>,
+}
+
+/// Reads the facts out of a model reply. Accepts `{"facts": [...]}`, `{"memory": [...]}`,
+/// `{"memories": [...]}` or a bare array, of objects or strings; tolerates `<think>` blocks,
+/// code fences, prose around the JSON and trailing commas.
+///
+/// # Errors
+/// A short reason when no fact list can be read.
+pub fn parse_facts(reply: &str) -> Result<Vec<ExtractedFact>, String> {
+    let value = parse_json_lenient(reply)?;
+    let list = match &value {
+        Value::Array(items) => items,
+        Value::Object(object) => ["facts", "memory", "memories", "results"]
+            .iter()
+            .find_map(|key| object.get(*key).and_then(Value::as_array))
+            .ok_or_else(|| "the JSON object has no `facts` list".to_owned())?,
+        _ => return Err("the reply is neither a JSON object nor a list".to_owned()),
+    };
+    Ok(list.iter().filter_map(fact_from).collect())
+}
+
+fn fact_from(item: &Value) -> Option<ExtractedFact> {
+    let (text, object) = match item {
+        Value::String(text) => (text.as_str(), None),
+        Value::Object(object) => {
+            let text = ["text", "fact", "memory", "content"].iter().find_map(|key| object.get(*key)?.as_str())?;
+            (text, Some(object))
+        }
+        _ => return None,
+    };
+    let text = one_line(text);
+    if text.is_empty() {
+        return None;
+    }
+    let strings = |key: &str| -> Vec<String> {
+        object
+            .and_then(|object| object.get(key))
+            .and_then(Value::as_array)
+            .map(|values| {
+                values
+                    .iter()
+                    .filter_map(|value| match value {
+                        Value::String(text) => Some(text.trim().to_owned()),
+                        Value::Number(number) => Some(number.to_string()),
+                        _ => None,
+                    })
+                    .filter(|text| !text.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let attributed_to = object
+        .and_then(|object| object.get("attributed_to"))
+        .and_then(Value::as_str)
+        .map(str::to_ascii_lowercase)
+        .filter(|who| who == "user" || who == "assistant");
+    Some(ExtractedFact { text, attributed_to, linked_ids: strings("linked_memory_ids"), entities: strings("entities") })
+}
+
+/// Removes `<think>…</think>` blocks (and an unclosed leading one) and code fences.
+pub fn strip_wrappers(reply: &str) -> String {
+    let mut text = reply.to_owned();
+    while let Some(start) = text.find("<think>") {
+        match text[start..].find("</think>") {
+            Some(end) => text.replace_range(start..start + end + "</think>".len(), ""),
+            None => text.truncate(start),
+        }
+    }
+    // A reply that opens mid-thought: drop everything up to a stray closing tag.
+    if let Some(end) = text.find("</think>") {
+        text.replace_range(..end + "</think>".len(), "");
+    }
+    let trimmed = text.trim();
+    if let Some(inner) = fenced_block(trimmed) {
+        return inner.trim().to_owned();
+    }
+    trimmed.to_owned()
+}
+
+fn fenced_block(text: &str) -> Option<&str> {
+    let start = text.find("```")?;
+    let after = &text[start + 3..];
+    let body_start = after.find('\n').map_or(0, |newline| newline + 1);
+    let body = &after[body_start..];
+    let end = body.find("```").unwrap_or(body.len());
+    Some(&body[..end])
+}
+
+/// Parses JSON out of a model reply, trying harder each step: as is, the outermost `{…}` or
+/// `[…]`, then without trailing commas.
+///
+/// # Errors
+/// A short reason when nothing parses.
+pub fn parse_json_lenient(reply: &str) -> Result<Value, String> {
+    let text = strip_wrappers(reply);
+    if text.is_empty() {
+        return Err("the reply is empty".to_owned());
+    }
+    if let Ok(value) = serde_json::from_str::<Value>(&text) {
+        return Ok(value);
+    }
+    let candidate = outermost_json(&text).ok_or_else(|| "no JSON found in the reply".to_owned())?;
+    if let Ok(value) = serde_json::from_str::<Value>(candidate) {
+        return Ok(value);
+    }
+    let trailing_commas = Regex::new(r",(\s*[}\]])").map_err(|error| error.to_string())?;
+    let repaired = trailing_commas.replace_all(candidate, "$1");
+    serde_json::from_str::<Value>(&repaired).map_err(|error| format!("invalid JSON: {error}"))
+}
+
+fn outermost_json(text: &str) -> Option<&str> {
+    let object = text.find('{').zip(text.rfind('}'));
+    let array = text.find('[').zip(text.rfind(']'));
+    let (start, end) = match (object, array) {
+        (Some(object), Some(array)) => {
+            if array.0 < object.0 {
+                array
+            } else {
+                object
+            }
+        }
+        (Some(span), None) | (None, Some(span)) => span,
+        (None, None) => return None,
+    };
+    (start < end).then(|| &text[start..=end])
+}
+
+/// The session key of the message buffer: the present scope ids, sorted by key, `key=value`
+/// joined by `&`, with `%`, `&` and `=` percent-escaped in values.
+pub fn session_scope(scope: &Scope) -> String {
+    let escape = |value: &str| value.replace('%', "%25").replace('&', "%26").replace('=', "%3D");
+    [("agent_id", &scope.agent_id), ("run_id", &scope.run_id), ("user_id", &scope.user_id)]
+        .iter()
+        .filter_map(|(key, value)| value.as_deref().map(|value| format!("{key}={}", escape(value))))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// Cleans a procedural summary: wrappers removed, whitespace trimmed.
+pub fn clean_summary(reply: &str) -> String {
+    strip_wrappers(reply).trim().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(role: &str, content: &str) -> PromptMessage {
+        PromptMessage { role: role.into(), name: None, content: content.into() }
+    }
+
+    #[test]
+    fn sections_come_in_order() {
+        let earlier = [message("user", &"x".repeat(400))];
+        let existing = ["User lives in Lyon".to_owned(), "User has a cat\nnamed Miso".to_owned()];
+        let new_messages = [message("user", "I moved to Porto last month"), message("assistant", "Nice!")];
+        let prompt = user_prompt(&ExtractionInput {
+            earlier: &earlier,
+            existing: &existing,
+            new_messages: &new_messages,
+            observation_date: NaiveDate::from_ymd_opt(2026, 3, 14).expect("date"),
+            custom_instructions: Some("Only travel facts."),
+        });
+        let positions: Vec<usize> = [
+            "## Earlier Messages",
+            "## Existing Memories",
+            "[1] User lives in Lyon",
+            "[2] User has a cat named Miso",
+            "## New Messages",
+            "user: I moved to Porto last month",
+            "## Observation Date\n2026-03-14 (Saturday)",
+            "## Custom Instructions\nOnly travel facts.",
+        ]
+        .iter()
+        .map(|needle| prompt.find(needle).unwrap_or_else(|| panic!("{needle} missing from {prompt}")))
+        .collect();
+        assert!(positions.windows(2).all(|pair| pair[0] < pair[1]), "{prompt}");
+        assert!(prompt.contains(&format!("user: {}...", "x".repeat(300))));
+    }
+
+    #[test]
+    fn agent_scopes_get_the_agent_suffix() {
+        let agent = Scope { agent_id: Some("a".into()), ..Scope::default() };
+        let both = Scope { agent_id: Some("a".into()), user_id: Some("u".into()), ..Scope::default() };
+        assert!(system_prompt(&agent).ends_with(AGENT_SUFFIX));
+        assert!(!system_prompt(&both).contains(AGENT_SUFFIX));
+    }
+
+    #[test]
+    fn tolerant_parsing() {
+        let cases = [
+            r#"{"facts": [{"text": "User likes tea", "entities": ["tea"]}]}"#,
+            "```json\n{\"facts\": [{\"text\": \"User likes tea\"}]}\n```",
+            "<think>the user said they like tea, so...</think>\n{\"facts\": [{\"text\": \"User likes tea\"}]}",
+            "Sure! Here is the JSON:\n{\"memory\": [{\"id\": \"0\", \"text\": \"User likes tea\"},]}\nHope it helps.",
+            r#"[{"text": "User likes tea"}]"#,
+            r#"{"facts": ["User likes tea"]}"#,
+            "reasoning without an opening tag</think>{\"facts\": [{\"text\": \"User  likes\\ntea\"}]}",
+        ];
+        for reply in cases {
+            let facts = parse_facts(reply).unwrap_or_else(|error| panic!("{reply}: {error}"));
+            assert_eq!(facts.len(), 1, "{reply}");
+            assert_eq!(facts[0].text, "User likes tea", "{reply}");
+        }
+        assert_eq!(parse_facts(r#"{"facts": []}"#), Ok(vec![]));
+        for broken in ["", "I could not find anything.", "{\"facts\": [{\"text\": ", "<think>endless", "42"] {
+            assert!(parse_facts(broken).is_err(), "{broken}");
+        }
+    }
+
+    #[test]
+    fn fact_fields_are_read_and_cleaned() {
+        let reply = r#"{"facts": [
+            {"text": "Maria works at Siemens", "attributed_to": "USER", "linked_memory_ids": ["2", 3, ""], "entities": ["Maria", " Siemens "]},
+            {"text": "  ", "attributed_to": "user"},
+            {"text": "User was recommended Kyoto", "attributed_to": "robot"}
+        ]}"#;
+        let facts = parse_facts(reply).expect("parses");
+        assert_eq!(facts.len(), 2);
+        assert_eq!(facts[0].attributed_to.as_deref(), Some("user"));
+        assert_eq!(facts[0].linked_ids, vec!["2", "3"]);
+        assert_eq!(facts[0].entities, vec!["Maria", "Siemens"]);
+        assert_eq!(facts[1].attributed_to, None);
+    }
+
+    #[test]
+    fn session_scope_is_sorted_and_escaped() {
+        let scope = Scope { user_id: Some("u=1&2%".into()), agent_id: Some("a1".into()), run_id: Some("r1".into()) };
+        assert_eq!(session_scope(&scope), "agent_id=a1&run_id=r1&user_id=u%3D1%262%25");
+        assert_eq!(session_scope(&Scope { user_id: Some("bob".into()), ..Scope::default() }), "user_id=bob");
+    }
+}
