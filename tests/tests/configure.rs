@@ -135,3 +135,64 @@ async fn good_changes_are_swapped_in_and_persisted_without_secrets() {
     assert_eq!(settings.memory.embedder.provider, mem0_core::providers::embedder::EmbedderProvider::Openai);
     assert_eq!(settings.memory.embedder.openai.model, "fake-384");
 }
+
+fn chat_reply(content: &str) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5}
+    }))
+}
+
+#[tokio::test]
+async fn the_llm_can_be_switched_on_at_runtime() {
+    let (server, _tenant_admin) = secured().await;
+    let conversation = json!({"messages": [{"role": "user", "content": "I live in Oslo"}], "user_id": "u"});
+    call(&server, ADMIN_KEY, Method::POST, "/memories", Some(conversation.clone()))
+        .await
+        .assert_error(400, "llm_not_configured");
+
+    let llm = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(chat_reply(r#"{"facts": [{"text": "User lives in Oslo"}]}"#))
+        .mount(&llm)
+        .await;
+    // Rejected changes first: each leaves the server without an LLM.
+    for bad in [
+        json!({"llm": {"provider": "gemini"}}),
+        json!({"llm": {"provider": "openai", "openai": {"model": "m", "api_key": "sk-nope"}}}),
+        json!({"llm": {"provider": "openai", "openai": {"model": "m", "base_url": "http://169.254.169.254/v1"}}}),
+        json!({"llm": {"provider": "openai", "openai": {"model": "m", "json_mode": "sometimes"}}}),
+        json!({"llm": {"provider": "openai", "openai": {"model": "m", "temperature": 7.0}}}),
+        json!({"extraction": {"context_messages": 500}}),
+    ] {
+        let reply = call(&server, ADMIN_KEY, Method::POST, "/configure", Some(bad.clone())).await;
+        reply.assert_error(400, "configuration_rejected");
+        call(&server, ADMIN_KEY, Method::POST, "/memories", Some(conversation.clone()))
+            .await
+            .assert_error(400, "llm_not_configured");
+    }
+
+    let change = json!({
+        "llm": {"provider": "openai", "openai": {"model": "fake-chat", "base_url": format!("{}/v1", llm.uri()), "max_tokens": 500}},
+        "extraction": {"custom_instructions": "Only places.", "context_messages": 5}
+    });
+    let reply = call(&server, ADMIN_KEY, Method::POST, "/configure", Some(change)).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.body["llm"]["in_use"], json!({"provider": "openai", "model": "fake-chat"}));
+    assert_eq!(reply.body["extraction"]["custom_instructions"], "Only places.");
+
+    let added = call(&server, ADMIN_KEY, Method::POST, "/memories", Some(conversation)).await;
+    assert_eq!(added.status, 200, "{}", added.body);
+    assert_eq!(added.body["results"][0]["memory"], "User lives in Oslo");
+    let sent: Value = serde_json::from_slice(&llm.received_requests().await.unwrap_or_default()[0].body).expect("json");
+    assert_eq!(sent["max_tokens"], 500);
+    assert!(sent["messages"][1]["content"].as_str().is_some_and(|prompt| prompt.contains("Only places.")));
+
+    let persisted = std::fs::read_to_string(server.data_dir.join("runtime-config.json")).expect("persisted");
+    let mut settings = test_settings();
+    settings.configure.state_path = server.data_dir.join("runtime-config.json");
+    mem0_server::configure::apply_persisted(&mut settings).expect("apply");
+    assert_eq!(settings.memory.llm.provider, mem0_core::providers::llm::LlmProvider::Openai, "{persisted}");
+    assert_eq!(settings.memory.llm.openai.model, "fake-chat");
+    assert_eq!(settings.memory.extraction.context_messages, 5);
+}

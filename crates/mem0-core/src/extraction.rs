@@ -27,7 +27,13 @@ Rules:
 
 Answer with one JSON object and nothing else:
 {"facts": [{"text": "...", "attributed_to": "user", "linked_memory_ids": ["2"], "entities": ["..."]}]}
-attributed_to is "user" or "assistant": whose message the fact comes from. With nothing worth remembering, answer {"facts": []}."#;
+attributed_to is "user" or "assistant": whose message the fact comes from. With nothing worth remembering, answer {"facts": []}.
+
+Example. Observation Date 2026-05-04 (Monday), no existing memories, new messages:
+user: My brother Tom starts at Google next week. I'm flying out to see him on Friday.
+assistant: Exciting! Want hotel suggestions near his place?
+Answer:
+{"facts": [{"text": "User's brother Tom starts a job at Google in the week of 2026-05-11", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom", "Google"]}, {"text": "User is flying to visit their brother Tom on 2026-05-08", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom"]}]}"#;
 
 /// Appended to the system prompt when the memories belong to an agent and no user.
 pub const AGENT_SUFFIX: &str = "\n\nThese memories belong to the agent, not to a user: write each fact as what the agent learned, was told or decided (\"Agent was told the deploy window is Friday 18:00 UTC\").";

@@ -240,4 +240,43 @@ mod tests {
         assert!(error.to_string().contains("invalid configuration"), "{error}");
         assert!(Settings::load_with_env(Some(Path::new("/nonexistent.toml")), env(&[]), |_| None).is_err());
     }
+
+    #[test]
+    fn example_files_load() {
+        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../config"));
+        let mut loaded = 0;
+        for entry in std::fs::read_dir(dir).expect("config dir") {
+            let path = entry.expect("entry").path();
+            if path.to_string_lossy().ends_with(".example.toml") {
+                Settings::load_with_env(Some(&path), env(&[]), |_| None)
+                    .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+                loaded += 1;
+            }
+        }
+        assert!(loaded >= 2, "found {loaded} example files");
+    }
+
+    #[test]
+    fn llm_keys_come_from_the_usual_variables() {
+        let variables = |name: &str| match name {
+            "OPENAI_BASE_URL" => Some("http://localhost:11434/v1".to_owned()),
+            "ANTHROPIC_API_KEY" => Some("sk-ant-from-env".to_owned()),
+            _ => None,
+        };
+        let settings = Settings::load_with_env(None, env(&[]), variables).expect("valid");
+        let llm = &settings.memory.llm;
+        assert_eq!(llm.openai.base_url.as_deref(), Some("http://localhost:11434/v1"));
+        assert_eq!(
+            llm.anthropic.api_key.as_ref().map(|key| key.expose_secret().to_owned()).as_deref(),
+            Some("sk-ant-from-env")
+        );
+        // A local OpenAI-compatible server needs no key: auto picks it first.
+        assert_eq!(llm.resolved_provider(), mem0_core::providers::llm::LlmProvider::Openai);
+        let anthropic_only =
+            Settings::load_with_env(None, env(&[]), |name| (name == "ANTHROPIC_API_KEY").then(|| "sk-ant".to_owned()))
+                .expect("valid");
+        assert_eq!(anthropic_only.memory.llm.resolved_provider(), mem0_core::providers::llm::LlmProvider::Anthropic);
+        let none = Settings::load_with_env(None, env(&[]), |_| None).expect("valid");
+        assert_eq!(none.memory.llm.resolved_provider(), mem0_core::providers::llm::LlmProvider::None);
+    }
 }

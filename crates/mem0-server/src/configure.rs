@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use axum::http::StatusCode;
 use mem0_core::providers::embedder::{build_embedder, EmbedderConfig, EmbedderProvider};
-use mem0_core::{Caller, Memory, Role};
+use mem0_core::providers::llm::{build_llm, JsonMode, LlmConfig, LlmProvider};
+use mem0_core::{Caller, ExtractionSettings, Memory, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
@@ -36,6 +37,110 @@ pub struct ConfigurePatch {
     /// The embedder.
     #[serde(default)]
     pub embedder: Option<EmbedderPatch>,
+    /// The LLM of fact extraction and procedural memory.
+    #[serde(default)]
+    pub llm: Option<LlmPatch>,
+    /// How the extraction prompt is built.
+    #[serde(default)]
+    pub extraction: Option<ExtractionPatch>,
+}
+
+/// The configuration a running server can change: what `/configure` swaps and persists.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// The embedder.
+    pub embedder: EmbedderConfig,
+    /// The LLM.
+    pub llm: LlmConfig,
+    /// Extraction prompt settings.
+    pub extraction: ExtractionSettings,
+}
+
+impl RuntimeConfig {
+    /// The runtime part of the startup settings.
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self {
+            embedder: settings.memory.embedder.clone(),
+            llm: settings.memory.llm.clone(),
+            extraction: settings.memory.extraction.clone(),
+        }
+    }
+}
+
+/// LLM settings that can change at runtime (API keys stay as configured at startup).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LlmPatch {
+    /// `auto`, `none`, `openai` or `anthropic`.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// OpenAI-compatible settings (replaced whole).
+    #[serde(default)]
+    pub openai: Option<OpenAiLlmPatch>,
+    /// Anthropic settings (replaced whole).
+    #[serde(default)]
+    pub anthropic: Option<AnthropicLlmPatch>,
+}
+
+/// OpenAI-compatible chat settings.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OpenAiLlmPatch {
+    /// Base URL up to `/v1`; `null` means OPENAI_BASE_URL or OpenAI.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Model name.
+    pub model: String,
+    /// Sampling temperature (ignored for reasoning models).
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    /// Output token budget.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// `auto`, `on` or `off`.
+    #[serde(default)]
+    pub json_mode: Option<String>,
+    /// Reasoning effort for reasoning models.
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
+    /// Timeout of one attempt, seconds.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+}
+
+/// Anthropic settings.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnthropicLlmPatch {
+    /// API root; `null` means ANTHROPIC_BASE_URL or Anthropic's.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Model name.
+    pub model: String,
+    /// Sampling temperature.
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    /// Output token budget.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// Timeout of one attempt, seconds.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+}
+
+/// Extraction prompt settings.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtractionPatch {
+    /// Instructions added to every extraction prompt; `null` removes them.
+    #[serde(default)]
+    pub custom_instructions: Option<String>,
+    /// Earlier messages of the session shown as context (0-50).
+    #[serde(default)]
+    pub context_messages: Option<usize>,
+    /// Nearest existing memories shown (0-50).
+    #[serde(default)]
+    pub existing_memories: Option<usize>,
 }
 
 /// Embedder settings that can change at runtime.
@@ -91,7 +196,8 @@ fn secret_key(value: &Value) -> Option<String> {
     match value {
         Value::Object(map) => map.iter().find_map(|(key, inner)| {
             let lower = key.to_ascii_lowercase();
-            let secret = ["key", "secret", "token", "password", "credential"].iter().any(|word| lower.contains(word));
+            let secret = ["key", "secret", "password", "credential"].iter().any(|word| lower.contains(word))
+                || (lower.contains("token") && !lower.ends_with("tokens"));
             if secret {
                 Some(key.clone())
             } else {
@@ -103,11 +209,88 @@ fn secret_key(value: &Value) -> Option<String> {
     }
 }
 
-/// Returns `current` with `patch` applied.
+/// Returns `current` with every section of `patch` applied.
 ///
 /// # Errors
 /// A message naming the bad field.
-pub fn apply_patch(current: &EmbedderConfig, patch: &EmbedderPatch) -> Result<EmbedderConfig, String> {
+pub fn apply_patch(current: &RuntimeConfig, patch: &ConfigurePatch) -> Result<RuntimeConfig, String> {
+    let mut next = current.clone();
+    if let Some(embedder) = &patch.embedder {
+        next.embedder = apply_embedder_patch(&current.embedder, embedder)?;
+    }
+    if let Some(llm) = &patch.llm {
+        next.llm = apply_llm_patch(&current.llm, llm)?;
+    }
+    if let Some(extraction) = &patch.extraction {
+        let bounded = |field: &str, value: Option<usize>, default: usize| match value {
+            Some(count) if count > 50 => Err(format!("extraction.{field} must be between 0 and 50")),
+            Some(count) => Ok(count),
+            None => Ok(default),
+        };
+        let defaults = ExtractionSettings::default();
+        next.extraction = ExtractionSettings {
+            custom_instructions: extraction.custom_instructions.clone().filter(|text| !text.trim().is_empty()),
+            context_messages: bounded("context_messages", extraction.context_messages, defaults.context_messages)?,
+            existing_memories: bounded("existing_memories", extraction.existing_memories, defaults.existing_memories)?,
+        };
+        if next.extraction.custom_instructions.as_ref().is_some_and(|text| text.len() > 8192) {
+            return Err("extraction.custom_instructions must be at most 8192 bytes".into());
+        }
+    }
+    Ok(next)
+}
+
+fn apply_llm_patch(current: &LlmConfig, patch: &LlmPatch) -> Result<LlmConfig, String> {
+    let mut next = current.clone();
+    if let Some(provider) = &patch.provider {
+        next.provider = match provider.as_str() {
+            "auto" => LlmProvider::Auto,
+            "none" => LlmProvider::None,
+            "openai" => LlmProvider::Openai,
+            "anthropic" => LlmProvider::Anthropic,
+            other => return Err(format!("llm.provider `{other}` is not one of auto, none, openai, anthropic")),
+        };
+    }
+    let temperature_ok = |value: Option<f32>| value.is_none_or(|temperature| (0.0..=2.0).contains(&temperature));
+    if let Some(openai) = &patch.openai {
+        if openai.model.trim().is_empty() {
+            return Err("llm.openai.model cannot be empty".into());
+        }
+        if !temperature_ok(openai.temperature) {
+            return Err("llm.openai.temperature must be between 0 and 2".into());
+        }
+        let defaults = mem0_core::providers::llm::OpenAiLlmConfig::default();
+        next.openai.base_url = openai.base_url.clone();
+        next.openai.model = openai.model.clone();
+        next.openai.temperature = openai.temperature.or(defaults.temperature);
+        next.openai.max_tokens = openai.max_tokens.map(|tokens| tokens.clamp(1, 128_000));
+        next.openai.json_mode = match openai.json_mode.as_deref() {
+            None | Some("auto") => JsonMode::Auto,
+            Some("on") => JsonMode::On,
+            Some("off") => JsonMode::Off,
+            Some(other) => return Err(format!("llm.openai.json_mode `{other}` is not one of auto, on, off")),
+        };
+        next.openai.reasoning_effort = openai.reasoning_effort.clone();
+        next.openai.timeout_secs = openai.timeout_secs.unwrap_or(defaults.timeout_secs).clamp(1, 600);
+    }
+    if let Some(anthropic) = &patch.anthropic {
+        if anthropic.model.trim().is_empty() {
+            return Err("llm.anthropic.model cannot be empty".into());
+        }
+        if !temperature_ok(anthropic.temperature) {
+            return Err("llm.anthropic.temperature must be between 0 and 2".into());
+        }
+        let defaults = mem0_core::providers::llm::AnthropicLlmConfig::default();
+        next.anthropic.base_url = anthropic.base_url.clone();
+        next.anthropic.model = anthropic.model.clone();
+        next.anthropic.temperature = anthropic.temperature;
+        next.anthropic.max_tokens = anthropic.max_tokens.unwrap_or(defaults.max_tokens).clamp(1, 128_000);
+        next.anthropic.timeout_secs = anthropic.timeout_secs.unwrap_or(defaults.timeout_secs).clamp(1, 600);
+    }
+    Ok(next)
+}
+
+fn apply_embedder_patch(current: &EmbedderConfig, patch: &EmbedderPatch) -> Result<EmbedderConfig, String> {
     let mut next = current.clone();
     if let Some(provider) = &patch.provider {
         next.provider = match provider.as_str() {
@@ -133,22 +316,65 @@ pub fn apply_patch(current: &EmbedderConfig, patch: &EmbedderPatch) -> Result<Em
     Ok(next)
 }
 
-fn full_patch(config: &EmbedderConfig) -> ConfigurePatch {
+fn full_patch(config: &RuntimeConfig) -> ConfigurePatch {
+    let embedder = &config.embedder;
+    let llm = &config.llm;
     ConfigurePatch {
         embedder: Some(EmbedderPatch {
-            provider: Some(match config.provider {
+            provider: Some(match embedder.provider {
                 EmbedderProvider::Local => "local".to_owned(),
                 EmbedderProvider::Openai => "openai".to_owned(),
             }),
-            local: Some(LocalEmbedderPatch { model_dir: config.local.model_dir.clone() }),
+            local: Some(LocalEmbedderPatch { model_dir: embedder.local.model_dir.clone() }),
             openai: Some(OpenAiEmbedderPatch {
-                base_url: config.openai.base_url.clone(),
-                model: config.openai.model.clone(),
-                dimensions: config.openai.dimensions,
-                timeout_secs: Some(config.openai.timeout_secs),
-                batch_size: Some(config.openai.batch_size),
+                base_url: embedder.openai.base_url.clone(),
+                model: embedder.openai.model.clone(),
+                dimensions: embedder.openai.dimensions,
+                timeout_secs: Some(embedder.openai.timeout_secs),
+                batch_size: Some(embedder.openai.batch_size),
             }),
         }),
+        llm: Some(LlmPatch {
+            provider: Some(llm_provider_name(llm.provider).to_owned()),
+            openai: Some(OpenAiLlmPatch {
+                base_url: llm.openai.base_url.clone(),
+                model: llm.openai.model.clone(),
+                temperature: llm.openai.temperature,
+                max_tokens: llm.openai.max_tokens,
+                json_mode: Some(json_mode_name(llm.openai.json_mode).to_owned()),
+                reasoning_effort: llm.openai.reasoning_effort.clone(),
+                timeout_secs: Some(llm.openai.timeout_secs),
+            }),
+            anthropic: Some(AnthropicLlmPatch {
+                base_url: llm.anthropic.base_url.clone(),
+                model: llm.anthropic.model.clone(),
+                temperature: llm.anthropic.temperature,
+                max_tokens: Some(llm.anthropic.max_tokens),
+                timeout_secs: Some(llm.anthropic.timeout_secs),
+            }),
+        }),
+        extraction: Some(ExtractionPatch {
+            custom_instructions: config.extraction.custom_instructions.clone(),
+            context_messages: Some(config.extraction.context_messages),
+            existing_memories: Some(config.extraction.existing_memories),
+        }),
+    }
+}
+
+fn llm_provider_name(provider: LlmProvider) -> &'static str {
+    match provider {
+        LlmProvider::Auto => "auto",
+        LlmProvider::None => "none",
+        LlmProvider::Openai => "openai",
+        LlmProvider::Anthropic => "anthropic",
+    }
+}
+
+fn json_mode_name(mode: JsonMode) -> &'static str {
+    match mode {
+        JsonMode::Auto => "auto",
+        JsonMode::On => "on",
+        JsonMode::Off => "off",
     }
 }
 
@@ -165,15 +391,16 @@ pub fn apply_persisted(settings: &mut Settings) -> anyhow::Result<()> {
         std::fs::read_to_string(path).map_err(|error| anyhow::anyhow!("cannot read {}: {error}", path.display()))?;
     let patch: ConfigurePatch = serde_json::from_str(&text)
         .map_err(|error| anyhow::anyhow!("{} is not a valid runtime configuration: {error}", path.display()))?;
-    if let Some(embedder) = &patch.embedder {
-        settings.memory.embedder = apply_patch(&settings.memory.embedder, embedder)
-            .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
-    }
+    let next = apply_patch(&RuntimeConfig::from_settings(settings), &patch)
+        .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
+    settings.memory.embedder = next.embedder;
+    settings.memory.llm = next.llm;
+    settings.memory.extraction = next.extraction;
     tracing::info!(path = %path.display(), "applied the persisted runtime configuration");
     Ok(())
 }
 
-fn persist(path: &Path, config: &EmbedderConfig) -> std::io::Result<()> {
+fn persist(path: &Path, config: &RuntimeConfig) -> std::io::Result<()> {
     if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)?;
     }
@@ -197,7 +424,9 @@ fn shown_url(url: &str) -> String {
 }
 
 /// The configuration in effect, from an allowlist of safe fields only.
-pub fn redacted_view(config: &EmbedderConfig, memory: &Memory, settings: &Settings) -> Value {
+pub fn redacted_view(runtime: &RuntimeConfig, memory: &Memory, settings: &Settings) -> Value {
+    let config = &runtime.embedder;
+    let llm = &runtime.llm;
     json!({
         "embedder": {
             "provider": match config.provider { EmbedderProvider::Local => "local", EmbedderProvider::Openai => "openai" },
@@ -217,7 +446,34 @@ pub fn redacted_view(config: &EmbedderConfig, memory: &Memory, settings: &Settin
             mem0_core::VectorStoreProvider::Sqlite => "sqlite",
             mem0_core::VectorStoreProvider::Pgvector => "pgvector",
         } },
-        "llm": Value::Null,
+        "llm": {
+            "provider": llm_provider_name(llm.provider),
+            "in_use": memory.llm().map(|llm| json!({"provider": llm.provider(), "model": llm.model()})),
+            "openai": {
+                "base_url": llm.openai.base_url.as_deref().map(shown_url),
+                "model": llm.openai.model,
+                "temperature": llm.openai.temperature,
+                "max_tokens": llm.openai.max_tokens,
+                "json_mode": json_mode_name(llm.openai.json_mode),
+                "reasoning_effort": llm.openai.reasoning_effort,
+                "timeout_secs": llm.openai.timeout_secs,
+                "api_key_configured": llm.openai.api_key.is_some(),
+                "extra_headers": llm.openai.extra_headers.keys().collect::<Vec<_>>(),
+            },
+            "anthropic": {
+                "base_url": llm.anthropic.base_url.as_deref().map(shown_url),
+                "model": llm.anthropic.model,
+                "temperature": llm.anthropic.temperature,
+                "max_tokens": llm.anthropic.max_tokens,
+                "timeout_secs": llm.anthropic.timeout_secs,
+                "api_key_configured": llm.anthropic.api_key.is_some(),
+            },
+        },
+        "extraction": {
+            "custom_instructions": runtime.extraction.custom_instructions,
+            "context_messages": runtime.extraction.context_messages,
+            "existing_memories": runtime.extraction.existing_memories,
+        },
         "reranker": Value::Null,
         "auth": {
             "disabled": settings.auth.disabled,
@@ -303,19 +559,35 @@ pub async fn apply(state: &AppState, caller: &Caller, body: Value) -> Result<Val
     }
     let patch: ConfigurePatch =
         serde_json::from_value(body).map_err(|error| rejected(format!("invalid configuration: {error}")))?;
-    let Some(embedder_patch) = patch.embedder else {
-        return Err(rejected("nothing to change: give an `embedder` section"));
-    };
+    if patch.embedder.is_none() && patch.llm.is_none() && patch.extraction.is_none() {
+        return Err(rejected("nothing to change: give an `embedder`, `llm` or `extraction` section"));
+    }
     let mut running = state.memory_handle.runtime.lock().await;
-    let next = apply_patch(&running, &embedder_patch).map_err(rejected)?;
-    if next.provider == EmbedderProvider::Openai {
-        if let Some(url) = &next.openai.base_url {
-            check_base_url(url, state.settings.configure.allow_link_local_base_urls).await.map_err(rejected)?;
+    let next = apply_patch(&running, &patch).map_err(rejected)?;
+    let allow_link_local = state.settings.configure.allow_link_local_base_urls;
+    if next.embedder.provider == EmbedderProvider::Openai {
+        if let Some(url) = &next.embedder.openai.base_url {
+            check_base_url(url, allow_link_local).await.map_err(rejected)?;
         }
     }
-    let embedder =
-        build_embedder(&next).await.map_err(|error| rejected(format!("the new embedder does not work: {error}")))?;
-    let memory = state.memory().with_embedder(embedder).await.map_err(|error| rejected(error.to_string()))?;
+    let llm_url = match next.llm.resolved_provider() {
+        LlmProvider::Openai => next.llm.openai.base_url.as_ref(),
+        LlmProvider::Anthropic => next.llm.anthropic.base_url.as_ref(),
+        LlmProvider::None | LlmProvider::Auto => None,
+    };
+    if let Some(url) = llm_url {
+        check_base_url(url, allow_link_local).await.map_err(rejected)?;
+    }
+    let mut memory = if patch.embedder.is_some() {
+        let embedder = build_embedder(&next.embedder)
+            .await
+            .map_err(|error| rejected(format!("the new embedder does not work: {error}")))?;
+        state.memory().with_embedder(embedder).await.map_err(|error| rejected(error.to_string()))?
+    } else {
+        state.memory().as_ref().clone()
+    };
+    let llm = build_llm(&next.llm).map_err(|error| rejected(format!("the new llm settings do not work: {error}")))?;
+    memory = memory.with_llm(llm, next.extraction.clone());
     persist(&state.settings.configure.state_path, &next).map_err(|error| {
         tracing::error!(%error, "could not persist the runtime configuration");
         ApiError::new(

@@ -106,7 +106,7 @@ pub async fn assemble_state(memory: Memory, settings: Settings) -> anyhow::Resul
         limits
     });
     let request_log = request_log::RequestLogWriter::spawn(memory.history_store().clone(), &settings.request_log);
-    let memory_handle = Arc::new(state::MemoryHandle::new(memory, settings.memory.embedder.clone()));
+    let memory_handle = Arc::new(state::MemoryHandle::new(memory, configure::RuntimeConfig::from_settings(&settings)));
     Ok(AppState { memory_handle, settings: Arc::new(settings), auth: Arc::new(auth), limits, request_log })
 }
 

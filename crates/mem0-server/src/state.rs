@@ -18,14 +18,14 @@ use crate::request_log::RequestLogWriter;
 #[derive(Debug)]
 pub struct MemoryHandle {
     current: std::sync::RwLock<Arc<Memory>>,
-    /// Serialises configuration changes; holds the embedder settings in effect.
-    pub runtime: tokio::sync::Mutex<mem0_core::providers::embedder::EmbedderConfig>,
+    /// Serialises configuration changes; holds the runtime settings in effect.
+    pub runtime: tokio::sync::Mutex<crate::configure::RuntimeConfig>,
 }
 
 impl MemoryHandle {
-    /// Wraps the service built from `embedder`.
-    pub fn new(memory: Memory, embedder: mem0_core::providers::embedder::EmbedderConfig) -> Self {
-        Self { current: std::sync::RwLock::new(Arc::new(memory)), runtime: tokio::sync::Mutex::new(embedder) }
+    /// Wraps the service built from `runtime`.
+    pub fn new(memory: Memory, runtime: crate::configure::RuntimeConfig) -> Self {
+        Self { current: std::sync::RwLock::new(Arc::new(memory)), runtime: tokio::sync::Mutex::new(runtime) }
     }
 
     /// Returns the service in effect.

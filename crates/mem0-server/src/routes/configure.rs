@@ -23,7 +23,7 @@ pub struct ProvidersResponse {
     pub embedder: Vec<String>,
     /// Vector stores.
     pub vector_store: Vec<String>,
-    /// LLMs (none until fact extraction lands).
+    /// LLMs.
     pub llm: Vec<String>,
 }
 
@@ -88,6 +88,6 @@ pub async fn list_providers(RequestCaller(_caller): RequestCaller) -> AppJson<Pr
     AppJson(ProvidersResponse {
         embedder: vec!["local".into(), "openai".into()],
         vector_store: vec!["sqlite".into(), "pgvector".into()],
-        llm: Vec::new(),
+        llm: vec!["openai".into(), "anthropic".into()],
     })
 }
