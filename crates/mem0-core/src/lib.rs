@@ -5,8 +5,10 @@
 //! behind [`store::VectorStore`] (embedded SQLite today) with the SQLite [`history::HistoryStore`]
 //! beside it; embeddings come from [`providers::embedder::Embedder`] implementations.
 
+pub mod analysis;
 pub mod auth;
 pub mod config;
+pub mod entities;
 pub mod error;
 pub mod extraction;
 pub mod filter;

@@ -184,6 +184,32 @@ pub struct SearchRequest {
     pub threshold: f32,
     /// Include expired memories.
     pub show_expired: bool,
+    /// Which retrievers produce candidates.
+    pub mode: SearchMode,
+    /// Return each result's score components.
+    pub explain: bool,
+}
+
+/// Which retrievers produce search candidates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchMode {
+    /// Dense, BM25 and entity candidates, fused.
+    #[default]
+    Hybrid,
+    /// Embedding similarity only.
+    Dense,
+    /// BM25 only.
+    Keyword,
+}
+
+/// What [`Memory::search`] found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SearchOutcome {
+    /// Best first.
+    pub results: Vec<MemoryItem>,
+    /// Things the caller should know (e.g. a reranker that failed and was skipped).
+    pub warnings: Vec<String>,
 }
 
 /// Input of [`Memory::update`]; at least one field must be present.
@@ -652,7 +678,7 @@ impl Memory {
     /// # Errors
     /// Validation (query, top_k, threshold), scope and embedder errors.
     #[instrument(skip_all, fields(tenant = %caller.tenant, top_k = request.top_k))]
-    pub async fn search(&self, caller: &Caller, request: SearchRequest) -> Result<Vec<MemoryItem>> {
+    pub async fn search(&self, caller: &Caller, request: SearchRequest) -> Result<SearchOutcome> {
         caller.require(Role::Read)?;
         if request.scope.is_empty() {
             return Err(Error::validation("filters", "at least one of user_id, agent_id or run_id is required"));
@@ -672,10 +698,13 @@ impl Memory {
         let vector = self.embedder.embed(query_text).await?;
         let query = self.scoped_query(caller, request.scope, request.filter, request.show_expired);
         let results = self.store.search(&query, &vector, request.top_k, request.threshold).await?;
-        Ok(results
-            .into_iter()
-            .map(|scored| MemoryItem { score: Some(scored.score), ..MemoryItem::from(scored.record) })
-            .collect())
+        Ok(SearchOutcome {
+            results: results
+                .into_iter()
+                .map(|scored| MemoryItem { score: Some(scored.score), ..MemoryItem::from(scored.record) })
+                .collect(),
+            warnings: Vec::new(),
+        })
     }
 
     /// Changes text, metadata (merged) and/or expiration of a memory.

@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use mem0_core::filter::parse_filters;
-use mem0_core::memory::{SearchRequest as CoreSearchRequest, DEFAULT_THRESHOLD, DEFAULT_TOP_K};
+use mem0_core::memory::{SearchMode, SearchRequest as CoreSearchRequest, DEFAULT_THRESHOLD, DEFAULT_TOP_K};
 use mem0_core::Scope;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -94,7 +94,9 @@ pub async fn search_memories(
         top_k: body.top_k.unwrap_or(DEFAULT_TOP_K),
         threshold: body.threshold.unwrap_or(DEFAULT_THRESHOLD),
         show_expired: body.show_expired.unwrap_or(false),
+        mode: SearchMode::default(),
+        explain: false,
     };
-    let results = state.memory().search(&caller, request).await?;
-    Ok(AppJson(SearchResponse { results: results.into_iter().map(MemoryResponse::from).collect() }))
+    let outcome = state.memory().search(&caller, request).await?;
+    Ok(AppJson(SearchResponse { results: outcome.results.into_iter().map(MemoryResponse::from).collect() }))
 }
