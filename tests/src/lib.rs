@@ -83,7 +83,8 @@ impl TestServer {
         let memory = Memory::new(Arc::new(store), history, embedder)
             .await
             .expect("memory service")
-            .with_llm(llm, settings.memory.extraction.clone());
+            .with_llm(llm, settings.memory.extraction.clone())
+            .with_retrieval(settings.memory.retrieval);
         let state = mem0_server::assemble_state(memory, settings).await.expect("server state");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));

@@ -26,8 +26,12 @@ async fn finds_by_meaning_not_by_words() {
 async fn threshold_and_top_k() {
     let server = TestServer::start().await;
     server.add_texts("u", &["I am allergic to peanuts", "The weather is nice"], json!({})).await;
-    let reply =
-        server.post("/search", json!({"query": "The user cannot eat peanuts", "user_id": "u", "threshold": 0.5})).await;
+    let reply = server
+        .post(
+            "/search",
+            json!({"query": "The user cannot eat peanuts", "user_id": "u", "threshold": 0.5, "mode": "dense"}),
+        )
+        .await;
     let results = reply.body["results"].as_array().expect("results");
     assert_eq!(results.len(), 1, "{}", reply.body);
     assert!(results[0]["score"].as_f64().expect("score") >= 0.5);

@@ -69,6 +69,7 @@ fn memory(tenant: &str, user: &str, index: usize, embedding: Vec<f32>) -> Memory
         memory_type: None,
         linked_memory_ids: Vec::new(),
         entities: Vec::new(),
+        text_lemmatized: String::new(),
         embedding,
     }
 }

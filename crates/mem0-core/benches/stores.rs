@@ -92,6 +92,7 @@ fn dataset(n: usize) -> Dataset {
                         memory_type: None,
                         linked_memory_ids: Vec::new(),
                         entities: Vec::new(),
+                        text_lemmatized: String::new(),
                         embedding: clustered(&mut rng, &centres, 0.08),
                     }
                 })

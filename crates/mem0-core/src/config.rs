@@ -10,6 +10,7 @@ use crate::history::HistoryStore;
 use crate::memory::{ExtractionSettings, Memory};
 use crate::providers::embedder::{build_embedder, EmbedderConfig};
 use crate::providers::llm::{build_llm, LlmConfig};
+use crate::retrieval::RetrievalSettings;
 use crate::store::{PgVectorConfig, PgVectorStore, SqliteStore, VectorStore};
 
 /// Everything needed to build a [`Memory`].
@@ -28,6 +29,9 @@ pub struct MemoryConfig {
     /// How the extraction prompt is built.
     #[serde(default)]
     pub extraction: ExtractionSettings,
+    /// How hybrid search weighs its signals.
+    #[serde(default)]
+    pub retrieval: RetrievalSettings,
 }
 
 /// Which vector store to use; settings of every provider may be present, `provider` picks one.
@@ -105,6 +109,10 @@ impl Memory {
         };
         let history = HistoryStore::open(&config.history.path).await?;
         let llm = build_llm(&config.llm)?;
-        Ok(Memory::new(store, history, embedder).await?.with_llm(llm, config.extraction.clone()))
+        config.retrieval.validate().map_err(crate::Error::Config)?;
+        Ok(Memory::new(store, history, embedder)
+            .await?
+            .with_llm(llm, config.extraction.clone())
+            .with_retrieval(config.retrieval))
     }
 }

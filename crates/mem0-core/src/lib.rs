@@ -15,6 +15,7 @@ pub mod filter;
 pub mod history;
 pub mod memory;
 pub mod providers;
+pub mod retrieval;
 pub mod scope;
 pub mod store;
 pub mod types;

@@ -5,7 +5,7 @@
 //! vector-store write is one transaction, and if the history write that follows fails, the
 //! vector-store write is undone before the error is returned.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDate, SubsecRound, Utc};
@@ -14,12 +14,14 @@ use serde_json::Value;
 use tracing::{debug, info, instrument, warn};
 use uuid::Uuid;
 
+use crate::analysis;
 use crate::error::{Error, ProviderError, ProviderErrorKind, Result};
 use crate::extraction::{self, ExtractionInput, PromptMessage};
 use crate::filter::{Condition, Field, Filter, Operand, Operator, Scalar, TextField};
 use crate::history::{BufferedMessages, HistoryStore};
 use crate::providers::embedder::Embedder;
 use crate::providers::llm::{ChatMessage, Llm, LlmRequest, TokenUsage};
+use crate::retrieval::{self, Bm25, RetrievalSettings, ScoreExplanation, MAX_QUERY_TERMS};
 use crate::scope::{Caller, Role, Scope};
 use crate::store::{Cursor, ScopeCursor, ScopeKind, ScopePage, ScopedQuery, VectorStore};
 use crate::types::{memory_hash, HistoryEvent, HistoryRecord, MemoryItem, MemoryRecord, Message, Metadata};
@@ -231,6 +233,7 @@ pub struct Memory {
     embedder: Arc<dyn Embedder>,
     llm: Option<Arc<dyn Llm>>,
     extraction: ExtractionSettings,
+    retrieval: RetrievalSettings,
 }
 
 impl Memory {
@@ -240,7 +243,14 @@ impl Memory {
     /// [`Error::Config`] on a dimension mismatch; store errors.
     pub async fn new(store: Arc<dyn VectorStore>, history: HistoryStore, embedder: Arc<dyn Embedder>) -> Result<Self> {
         store.ensure_dimension(embedder.dimension(), embedder.model_id()).await?;
-        Ok(Self { store, history, embedder, llm: None, extraction: ExtractionSettings::default() })
+        Ok(Self {
+            store,
+            history,
+            embedder,
+            llm: None,
+            extraction: ExtractionSettings::default(),
+            retrieval: RetrievalSettings::default(),
+        })
     }
 
     /// Returns the service with `llm` (or none) for fact extraction and procedural memory.
@@ -249,6 +259,18 @@ impl Memory {
         self.llm = llm;
         self.extraction = extraction;
         self
+    }
+
+    /// Returns the service with these hybrid-search weights and candidate counts.
+    #[must_use]
+    pub fn with_retrieval(mut self, retrieval: RetrievalSettings) -> Self {
+        self.retrieval = retrieval;
+        self
+    }
+
+    /// Returns the hybrid-search settings in use.
+    pub fn retrieval(&self) -> &RetrievalSettings {
+        &self.retrieval
     }
 
     /// Returns the LLM in use, when one is configured.
@@ -366,8 +388,10 @@ impl Memory {
                 memory_type: None,
                 linked_memory_ids: Vec::new(),
                 entities: Vec::new(),
+                text_lemmatized: String::new(),
                 embedding,
             })
+            .map(with_analysis)
             .collect();
         self.write_new(caller, &records, None, now).await?;
         Ok(AddOutcome { results: added(records), warnings: Vec::new(), usage: None })
@@ -519,9 +543,11 @@ impl Memory {
                     memory_type: None,
                     linked_memory_ids: linked,
                     entities: clean_entities(fact.entities),
+                    text_lemmatized: String::new(),
                     embedding,
                 }
             })
+            .map(with_analysis)
             .collect();
         if invented > 0 {
             debug!(invented, "ignored linked memory ids the model made up");
@@ -590,9 +616,10 @@ impl Memory {
             memory_type: Some("procedural_memory".to_owned()),
             linked_memory_ids: Vec::new(),
             entities: Vec::new(),
+            text_lemmatized: String::new(),
             embedding,
         };
-        let records = vec![record];
+        let records = vec![with_analysis(record)];
         self.write_new(caller, &records, None, now).await?;
         Ok(AddOutcome { results: added(records), warnings: Vec::new(), usage: Some(response.usage) })
     }
@@ -695,16 +722,97 @@ impl Memory {
         if !(0.0..=1.0).contains(&request.threshold) {
             return Err(Error::validation("threshold", "must be between 0 and 1"));
         }
-        let vector = self.embedder.embed(query_text).await?;
         let query = self.scoped_query(caller, request.scope, request.filter, request.show_expired);
-        let results = self.store.search(&query, &vector, request.top_k, request.threshold).await?;
+        let mut scored: Vec<(MemoryRecord, ScoreExplanation)> = match request.mode {
+            SearchMode::Dense => {
+                let vector = self.embedder.embed(query_text).await?;
+                let hits = self.store.search(&query, &vector, request.top_k, request.threshold).await?;
+                hits.into_iter()
+                    .map(|hit| {
+                        let explanation =
+                            ScoreExplanation::new([hit.score, 0.0, 0.0], 0.0, [1.0, 0.0, 0.0], vec!["dense".into()]);
+                        (hit.record, explanation)
+                    })
+                    .collect()
+            }
+            SearchMode::Keyword => {
+                let bm25 = self.bm25(&query, query_text).await?;
+                let ids: Vec<Uuid> = bm25.top(request.top_k).into_iter().map(|(id, _)| id).collect();
+                self.store
+                    .get_many(&caller.tenant, &ids)
+                    .await?
+                    .into_iter()
+                    .map(|record| {
+                        let signals = [0.0, bm25.normalised(&record.id), 0.0];
+                        let raw = bm25.scores.get(&record.id).copied().unwrap_or_default() as f32;
+                        (record, ScoreExplanation::new(signals, raw, [0.0, 1.0, 0.0], vec!["keyword".into()]))
+                    })
+                    .collect()
+            }
+            SearchMode::Hybrid => self.hybrid(&query, query_text, request.top_k).await?,
+        };
+        scored.retain(|(_, explanation)| explanation.score() >= request.threshold);
+        scored.sort_by(|a, b| b.1.score().total_cmp(&a.1.score()).then_with(|| a.0.id.cmp(&b.0.id)));
+        scored.truncate(request.top_k);
         Ok(SearchOutcome {
-            results: results
+            results: scored
                 .into_iter()
-                .map(|scored| MemoryItem { score: Some(scored.score), ..MemoryItem::from(scored.record) })
+                .map(|(record, explanation)| MemoryItem {
+                    score: Some(explanation.score()),
+                    explain: request.explain.then_some(explanation),
+                    ..MemoryItem::from(record)
+                })
                 .collect(),
             warnings: Vec::new(),
         })
+    }
+
+    /// BM25 of the query's terms over the memories of the query's scope.
+    async fn bm25(&self, query: &ScopedQuery, text: &str) -> Result<Bm25> {
+        let mut terms = analysis::terms(text);
+        let mut seen = HashSet::new();
+        terms.retain(|term| seen.insert(term.clone()));
+        terms.truncate(MAX_QUERY_TERMS);
+        if terms.is_empty() {
+            return Ok(Bm25::default());
+        }
+        let postings = self.store.keyword_postings(query, &terms).await?;
+        Ok(Bm25::score(&postings, &terms))
+    }
+
+    /// Candidates from the dense and keyword retrievers, each scored on every signal.
+    async fn hybrid(
+        &self,
+        query: &ScopedQuery,
+        text: &str,
+        top_k: usize,
+    ) -> Result<Vec<(MemoryRecord, ScoreExplanation)>> {
+        let pool = self.retrieval.candidates.max(top_k).min(MAX_PAGE_SIZE);
+        let vector = self.embedder.embed(text).await?;
+        let (dense, bm25) = futures::try_join!(self.store.search(query, &vector, pool, 0.0), self.bm25(query, text))?;
+        let mut candidates: HashMap<Uuid, (MemoryRecord, Vec<String>)> = HashMap::new();
+        for hit in dense {
+            candidates.insert(hit.record.id, (hit.record, vec!["dense".to_owned()]));
+        }
+        let keyword_ids: Vec<Uuid> = bm25.top(pool).into_iter().map(|(id, _)| id).collect();
+        let missing: Vec<Uuid> = keyword_ids.iter().filter(|id| !candidates.contains_key(id)).copied().collect();
+        for record in self.store.get_many(&query.tenant, &missing).await? {
+            candidates.insert(record.id, (record, Vec::new()));
+        }
+        for id in &keyword_ids {
+            if let Some((_, sources)) = candidates.get_mut(id) {
+                sources.push("keyword".to_owned());
+            }
+        }
+        let weights = self.retrieval.normalised_weights();
+        Ok(candidates
+            .into_values()
+            .map(|(record, sources)| {
+                let signals = [retrieval::semantic(&vector, &record.embedding), bm25.normalised(&record.id), 0.0];
+                let raw = bm25.scores.get(&record.id).copied().unwrap_or_default() as f32;
+                (record, ScoreExplanation::new(signals, raw, weights, sources))
+            })
+            .collect())
     }
 
     /// Changes text, metadata (merged) and/or expiration of a memory.
@@ -735,6 +843,7 @@ impl Memory {
         if let Some(text) = new_text.filter(|text| *text != old.memory) {
             updated.embedding = self.embedder.embed(&text).await?;
             updated.hash = memory_hash(&text);
+            updated.text_lemmatized = analysis::lemmatize(&text);
             updated.memory = text;
         }
         if let Some(metadata) = metadata_update {
@@ -921,6 +1030,12 @@ impl Memory {
             warn!(operation, %error, "could not undo a memory write after a history failure");
         }
     }
+}
+
+/// Fills the analysed text of a new record (the keyword index is built from it).
+fn with_analysis(mut record: MemoryRecord) -> MemoryRecord {
+    record.text_lemmatized = analysis::lemmatize(&record.memory);
+    record
 }
 
 fn added(records: Vec<MemoryRecord>) -> Vec<AddedMemory> {

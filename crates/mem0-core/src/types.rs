@@ -44,6 +44,8 @@ pub struct MemoryRecord {
     pub linked_memory_ids: Vec<Uuid>,
     /// Named things the fact mentions (people, places, products…).
     pub entities: Vec<String>,
+    /// `memory` analysed for keyword search ([`crate::analysis::lemmatize`]): terms joined by spaces.
+    pub text_lemmatized: String,
     /// Unit-length embedding of `memory`.
     pub embedding: Vec<f32>,
 }
@@ -109,6 +111,9 @@ pub struct MemoryItem {
     /// Similarity score, on search results only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f32>,
+    /// How the score was made (search with `explain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explain: Option<crate::retrieval::ScoreExplanation>,
 }
 
 impl From<MemoryRecord> for MemoryItem {
@@ -131,6 +136,7 @@ impl From<MemoryRecord> for MemoryItem {
             linked_memory_ids: record.linked_memory_ids,
             entities: record.entities,
             score: None,
+            explain: None,
         }
     }
 }
@@ -259,6 +265,7 @@ mod tests {
             memory_type: None,
             linked_memory_ids: Vec::new(),
             entities: Vec::new(),
+            text_lemmatized: String::new(),
             embedding: vec![],
         };
         assert!(!record.is_expired(today));

@@ -39,6 +39,7 @@ fn record(tenant: &str, user: &str, text: &str, embedding: Vec<f32>, metadata: V
         memory_type: None,
         linked_memory_ids: Vec::new(),
         entities: Vec::new(),
+        text_lemmatized: String::new(),
         embedding,
     }
 }
@@ -243,6 +244,75 @@ async fn check_scope_listing(store: &dyn VectorStore) {
     assert_eq!(agents.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["agent-1"]);
 }
 
+/// The keyword index follows every write: postings only from the query's scope (tenant, scope,
+/// filter, expiration), term frequencies and lengths as stored, updated and deleted with the row.
+async fn check_keyword_index(store: &dyn VectorStore) {
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let v = unit([1.0, 0.0, 0.0, 0.0]);
+    let analysed = |text: &str, lemmas: &str, user: &str, metadata: Value| {
+        let mut memory = record("t", user, text, v.clone(), metadata, 0);
+        memory.text_lemmatized = lemmas.to_owned();
+        memory
+    };
+    let peanut = analysed("peanut allergy, peanut", "peanut allergi peanut", "u", json!({"kind": "health"}));
+    let tea = analysed("likes tea", "like tea", "u", json!({"kind": "food"}));
+    let cjk = analysed("去成都出差", "成都 出差", "u", json!({}));
+    let mut expired = analysed("old peanut", "old peanut", "u", json!({}));
+    expired.expiration_date = NaiveDate::from_ymd_opt(2000, 1, 1);
+    let other_user = analysed("peanut", "peanut", "someone-else", json!({}));
+    let mut other_tenant = analysed("peanut", "peanut", "u", json!({}));
+    other_tenant.tenant = "t2".into();
+    store
+        .insert(&[peanut.clone(), tea.clone(), cjk.clone(), expired.clone(), other_user, other_tenant])
+        .await
+        .expect("insert");
+
+    let terms = ["peanut".to_owned(), "tea".to_owned(), "成都".to_owned(), "missing".to_owned()];
+    let found = store.keyword_postings(&query("t", "u", None), &terms).await.expect("postings");
+    assert_eq!(found.doc_count, 3, "the expired memory and other scopes are not counted");
+    assert!((found.avg_doc_len - 7.0 / 3.0).abs() < 1e-9, "{}", found.avg_doc_len);
+    let mut postings: Vec<(Uuid, String, u32, u32)> =
+        found.postings.iter().map(|p| (p.id, p.term.clone(), p.tf, p.doc_len)).collect();
+    postings.sort();
+    let mut expected = vec![
+        (peanut.id, "peanut".to_owned(), 2, 3),
+        (tea.id, "tea".to_owned(), 1, 2),
+        (cjk.id, "成都".to_owned(), 1, 2),
+    ];
+    expected.sort();
+    assert_eq!(postings, expected);
+
+    // Filters narrow the statistics too.
+    let health =
+        store.keyword_postings(&query("t", "u", Some(json!({"kind": "health"}))), &terms).await.expect("postings");
+    assert_eq!(health.doc_count, 1);
+    assert_eq!(health.postings.len(), 1);
+
+    // Updates re-index, deletes remove.
+    let mut changed = peanut.clone();
+    changed.memory = "likes green tea".into();
+    changed.text_lemmatized = "like green tea".into();
+    assert!(store.update(&changed).await.expect("update"));
+    let after = store.keyword_postings(&query("t", "u", None), &terms).await.expect("postings");
+    let mut ids: Vec<(Uuid, String)> = after.postings.iter().map(|p| (p.id, p.term.clone())).collect();
+    ids.sort();
+    let mut want = vec![(peanut.id, "tea".to_owned()), (tea.id, "tea".to_owned()), (cjk.id, "成都".to_owned())];
+    want.sort();
+    assert_eq!(ids, want);
+    store.delete("t", &[tea.id]).await.expect("delete");
+    let after = store.keyword_postings(&query("t", "u", None), &terms).await.expect("postings");
+    assert_eq!(after.doc_count, 2);
+    assert!(after.postings.iter().all(|p| p.id != tea.id));
+
+    let many = store.get_many("t", &[peanut.id, tea.id, cjk.id, Uuid::now_v7()]).await.expect("get_many");
+    let mut texts: Vec<String> = many.iter().map(|r| r.memory.clone()).collect();
+    texts.sort();
+    assert_eq!(texts, ["likes green tea", "去成都出差"]);
+    assert_eq!(many.iter().find(|r| r.id == cjk.id).map(|r| r.text_lemmatized.as_str()), Some("成都 出差"));
+    assert!(store.get_many("t2", &[peanut.id]).await.expect("get_many").is_empty(), "other tenant");
+    assert!(store.keyword_postings(&query("t", "nobody", None), &terms).await.expect("empty").postings.is_empty());
+}
+
 macro_rules! conformance_suite {
     ($backend:ident, $open:expr) => {
         mod $backend {
@@ -276,6 +346,12 @@ macro_rules! conformance_suite {
             async fn scope_listing() {
                 let (store, _guard) = $open;
                 check_scope_listing(&store).await;
+            }
+
+            #[tokio::test]
+            async fn keyword_index() {
+                let (store, _guard) = $open;
+                check_keyword_index(&store).await;
             }
 
             #[tokio::test]

@@ -142,6 +142,7 @@ impl Settings {
     /// # Errors
     /// A message naming the key.
     pub fn validate(&self) -> anyhow::Result<()> {
+        self.memory.retrieval.validate().map_err(|message| anyhow::anyhow!("memory.{message}"))?;
         let server = &self.server;
         anyhow::ensure!(
             (1024..=64 * 1024 * 1024).contains(&server.body_limit_bytes),

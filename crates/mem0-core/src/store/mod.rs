@@ -196,6 +196,46 @@ pub struct ScoredRecord {
     pub score: f32,
 }
 
+/// One term occurrence count of one memory: a row of the keyword index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Posting {
+    /// The memory.
+    pub id: Uuid,
+    /// The analysed term.
+    pub term: String,
+    /// How often the term occurs in the memory's analysed text.
+    pub tf: u32,
+    /// Number of terms in the memory's analysed text.
+    pub doc_len: u32,
+}
+
+/// What BM25 needs from a store for one query: the postings of the query terms among the
+/// memories of the scope, and the scope's size and mean document length (for IDF and length
+/// normalisation over exactly the memories the caller searches).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeywordPostings {
+    /// Memories in the scope (after filters and expiration).
+    pub doc_count: u64,
+    /// Their mean number of terms.
+    pub avg_doc_len: f64,
+    /// Postings of the query terms in those memories.
+    pub postings: Vec<Posting>,
+}
+
+/// Number of whitespace-separated terms of an analysed text.
+pub fn doc_len(text_lemmatized: &str) -> u32 {
+    u32::try_from(text_lemmatized.split_whitespace().count()).unwrap_or(u32::MAX)
+}
+
+/// Term frequencies of an analysed text, sorted by term.
+pub fn term_frequencies(text_lemmatized: &str) -> Vec<(String, u32)> {
+    let mut counts: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
+    for term in text_lemmatized.split_whitespace() {
+        *counts.entry(term).or_default() += 1;
+    }
+    counts.into_iter().map(|(term, count)| (term.to_owned(), count)).collect()
+}
+
 /// Storage of memories and their embeddings. Every read and write is confined to one tenant; scoped
 /// reads are confined to one scope. Each method is atomic: it applies fully or not at all.
 #[async_trait]
@@ -221,6 +261,13 @@ pub trait VectorStore: Debug + Send + Sync + 'static {
 
     /// Deletes every memory matching `query` (tenant, scope, filter; expired included) and returns them.
     async fn delete_matching(&self, query: &ScopedQuery) -> Result<Vec<MemoryRecord>>;
+
+    /// Returns the memories of `tenant` with the given ids (those that exist), in no given order.
+    async fn get_many(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<MemoryRecord>>;
+
+    /// Returns the keyword-index postings of `terms` among the memories matching `query`, with
+    /// the scope's size and mean analysed length.
+    async fn keyword_postings(&self, query: &ScopedQuery, terms: &[String]) -> Result<KeywordPostings>;
 
     /// Returns the `limit` memories most similar to `vector` among those matching `query`,
     /// best first, with similarity at least `threshold`.

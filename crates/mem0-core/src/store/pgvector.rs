@@ -14,7 +14,9 @@ use sqlx::{Postgres, Row};
 use uuid::Uuid;
 
 use super::pg_filter::{where_clause, PgBind, PgClause};
-use super::{Cursor, Page, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, VectorStore};
+use super::{
+    doc_len, Cursor, KeywordPostings, Page, Posting, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, VectorStore,
+};
 use crate::error::{Error, Result};
 use crate::scope::Scope;
 use crate::types::{MemoryRecord, Metadata};
@@ -27,7 +29,7 @@ pub const DEFAULT_EXACT_SEARCH_MAX_ROWS: i64 = 20_000;
 
 const COLUMNS: &str = "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
                        expiration_date, attributed_to, role, actor_id, memory_type, linked_memory_ids, entities, \
-                       embedding";
+                       text_lemmatized, doc_len, embedding";
 
 /// Settings of the Postgres store.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -123,6 +125,7 @@ fn row_to_record(row: &PgRow) -> Result<MemoryRecord> {
         memory_type: row.try_get("memory_type")?,
         linked_memory_ids: row.try_get("linked_memory_ids")?,
         entities: row.try_get("entities")?,
+        text_lemmatized: row.try_get("text_lemmatized")?,
         embedding: embedding.to_vec(),
     })
 }
@@ -209,7 +212,7 @@ impl VectorStore for PgVectorStore {
     }
 
     async fn insert(&self, records: &[MemoryRecord]) -> Result<()> {
-        const COLUMN_COUNT: usize = 18;
+        const COLUMN_COUNT: usize = 20;
         // Multi-row inserts: one round trip per 500 rows, all in one transaction.
         let mut transaction = self.pool.begin().await?;
         for chunk in records.chunks(500) {
@@ -241,6 +244,8 @@ impl VectorStore for PgVectorStore {
                     .bind(&record.memory_type)
                     .bind(&record.linked_memory_ids)
                     .bind(&record.entities)
+                    .bind(&record.text_lemmatized)
+                    .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
                     .bind(Vector::from(record.embedding.clone()));
             }
             query.execute(&mut *transaction).await?;
@@ -261,7 +266,7 @@ impl VectorStore for PgVectorStore {
     async fn update(&self, record: &MemoryRecord) -> Result<bool> {
         let result = sqlx::query(
             "update memories set memory = $1, hash = $2, metadata = $3, created_at = $4, updated_at = $5, \
-             expiration_date = $6, embedding = $7 where tenant = $8 and id = $9",
+             expiration_date = $6, embedding = $7, text_lemmatized = $10, doc_len = $11 where tenant = $8 and id = $9",
         )
         .bind(&record.memory)
         .bind(&record.hash)
@@ -272,6 +277,8 @@ impl VectorStore for PgVectorStore {
         .bind(Vector::from(record.embedding.clone()))
         .bind(&record.tenant)
         .bind(record.id)
+        .bind(&record.text_lemmatized)
+        .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
         .execute(&self.pool)
         .await?;
         Ok(result.rows_affected() == 1)
@@ -292,6 +299,56 @@ impl VectorStore for PgVectorStore {
         let statement = format!("delete from memories where {sql} returning {COLUMNS}");
         let rows = bind_all(sqlx::query(&statement), &binds).fetch_all(&self.pool).await?;
         rows.iter().map(row_to_record).collect()
+    }
+
+    async fn get_many(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
+        let rows = sqlx::query(&format!("select {COLUMNS} from memories where tenant = $1 and id = any($2)"))
+            .bind(tenant)
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(row_to_record).collect()
+    }
+
+    async fn keyword_postings(&self, query: &ScopedQuery, terms: &[String]) -> Result<KeywordPostings> {
+        let clause = where_clause(query, 2);
+        let PgClause { sql, binds, .. } = clause;
+        let mut transaction = self.pool.begin().await?;
+        sqlx::query("set local plan_cache_mode = force_custom_plan").execute(&mut *transaction).await?;
+        // $1 is unused by the statistics query; binding it keeps one numbering for both.
+        let stats = format!(
+            "select count(*), coalesce(avg(doc_len), 0)::float8 from memories where {sql} and $1::text[] is not null"
+        );
+        let row = bind_all(sqlx::query(&stats).bind(terms), &binds).fetch_one(&mut *transaction).await?;
+        let doc_count: i64 = row.try_get(0)?;
+        let avg_doc_len: f64 = row.try_get(1)?;
+        if doc_count == 0 || terms.is_empty() {
+            transaction.commit().await?;
+            return Ok(KeywordPostings { doc_count: 0, avg_doc_len, postings: Vec::new() });
+        }
+        // `terms && $1` uses the GIN index on the analysed terms; unnest counts each term's frequency.
+        let statement = format!(
+            "select id, u.term, count(*)::int8 as tf, doc_len::int8 from memories \
+             cross join lateral unnest(terms) as u(term) \
+             where {sql} and terms && $1::text[] and u.term = any($1::text[]) \
+             group by id, doc_len, u.term"
+        );
+        let rows = bind_all(sqlx::query(&statement).bind(terms), &binds).fetch_all(&mut *transaction).await?;
+        transaction.commit().await?;
+        let postings = rows
+            .iter()
+            .map(|row| {
+                let tf: i64 = row.try_get(2)?;
+                let doc_len: i64 = row.try_get(3)?;
+                Ok(Posting {
+                    id: row.try_get(0)?,
+                    term: row.try_get(1)?,
+                    tf: u32::try_from(tf).unwrap_or(0),
+                    doc_len: u32::try_from(doc_len).unwrap_or(0),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KeywordPostings { doc_count: u64::try_from(doc_count).unwrap_or(0), avg_doc_len, postings })
     }
 
     async fn search(

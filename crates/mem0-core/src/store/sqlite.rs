@@ -22,7 +22,10 @@ use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
 use super::sqlite_filter::{where_clause, Bind, Clause};
-use super::{Cursor, Page, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, VectorStore};
+use super::{
+    doc_len, term_frequencies, Cursor, KeywordPostings, Page, Posting, ScopeKind, ScopeSummary, ScopedQuery,
+    ScoredRecord, VectorStore,
+};
 use crate::error::{Error, Result};
 use crate::scope::Scope;
 use crate::types::{MemoryRecord, Metadata};
@@ -50,6 +53,8 @@ create table if not exists memories (
     memory_type text,
     linked_memory_ids text not null default '[]',
     entities text not null default '[]',
+    text_lemmatized text not null default '',
+    doc_len integer not null default 0,
     embedding blob not null
 );
 create index if not exists memories_user on memories (tenant, user_id, created_at desc, id desc, expiration_date);
@@ -57,6 +62,14 @@ create index if not exists memories_agent on memories (tenant, agent_id, created
 create index if not exists memories_run on memories (tenant, run_id, created_at desc, id desc, expiration_date);
 create index if not exists memories_created on memories (tenant, created_at desc, id desc, expiration_date);
 create index if not exists memories_hash on memories (tenant, hash);
+create table if not exists memory_terms (
+    tenant text not null,
+    term text not null,
+    memory_id text not null references memories (id) on delete cascade,
+    tf integer not null,
+    primary key (tenant, term, memory_id)
+) without rowid;
+create index if not exists memory_terms_memory on memory_terms (memory_id);
 create table if not exists memories_entities (
     id text primary key,
     tenant text not null,
@@ -73,7 +86,7 @@ create index if not exists memories_entities_scope on memories_entities (tenant,
 
 const COLUMNS: &str = "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
                        expiration_date, attributed_to, role, actor_id, memory_type, linked_memory_ids, entities, \
-                       embedding";
+                       text_lemmatized, doc_len, embedding";
 
 /// Default number of embeddings kept in memory (about 150 MB at 384 dimensions).
 pub const DEFAULT_VECTOR_CACHE_ENTRIES: usize = 100_000;
@@ -270,6 +283,7 @@ fn row_to_record(row: &SqliteRow) -> Result<MemoryRecord> {
     let expiration: Option<String> = row.try_get("expiration_date")?;
     let embedding: Vec<u8> = row.try_get("embedding")?;
     let linked: String = row.try_get("linked_memory_ids")?;
+    let text_lemmatized: String = row.try_get("text_lemmatized")?;
     let entities: String = row.try_get("entities")?;
     Ok(MemoryRecord {
         id: Uuid::parse_str(&id).map_err(|error| Error::Internal(format!("stored id {id}: {error}")))?,
@@ -297,6 +311,7 @@ fn row_to_record(row: &SqliteRow) -> Result<MemoryRecord> {
             .map_err(|error| Error::Internal(format!("stored linked_memory_ids of {id}: {error}")))?,
         entities: serde_json::from_str(&entities)
             .map_err(|error| Error::Internal(format!("stored entities of {id}: {error}")))?,
+        text_lemmatized,
         embedding: decode_embedding(&embedding),
     })
 }
@@ -304,7 +319,7 @@ fn row_to_record(row: &SqliteRow) -> Result<MemoryRecord> {
 async fn insert_one(executor: &mut sqlx::SqliteConnection, record: &MemoryRecord) -> Result<()> {
     let metadata = serde_json::Value::Object(record.metadata.clone()).to_string();
     sqlx::query(&format!(
-        "insert into memories ({COLUMNS}) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        "insert into memories ({COLUMNS}) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     ))
     .bind(record.id.to_string())
     .bind(&record.tenant)
@@ -323,9 +338,31 @@ async fn insert_one(executor: &mut sqlx::SqliteConnection, record: &MemoryRecord
     .bind(&record.memory_type)
     .bind(serde_json::to_string(&record.linked_memory_ids).unwrap_or_else(|_| "[]".to_owned()))
     .bind(serde_json::to_string(&record.entities).unwrap_or_else(|_| "[]".to_owned()))
+    .bind(&record.text_lemmatized)
+    .bind(doc_len(&record.text_lemmatized))
     .bind(encode_embedding(&record.embedding))
-    .execute(executor)
+    .execute(&mut *executor)
     .await?;
+    write_terms(executor, record).await
+}
+
+/// Writes the keyword-index rows of a record (after removing any old ones).
+async fn write_terms(executor: &mut sqlx::SqliteConnection, record: &MemoryRecord) -> Result<()> {
+    sqlx::query("delete from memory_terms where memory_id = ?")
+        .bind(record.id.to_string())
+        .execute(&mut *executor)
+        .await?;
+    let terms = term_frequencies(&record.text_lemmatized);
+    // 4 parameters a row; SQLite allows 32766 per statement.
+    for chunk in terms.chunks(500) {
+        let rows = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
+        let statement = format!("insert into memory_terms (tenant, term, memory_id, tf) values {rows}");
+        let mut insert = sqlx::query(&statement);
+        for (term, tf) in chunk {
+            insert = insert.bind(&record.tenant).bind(term).bind(record.id.to_string()).bind(i64::from(*tf));
+        }
+        insert.execute(&mut *executor).await?;
+    }
     Ok(())
 }
 
@@ -409,9 +446,10 @@ impl VectorStore for SqliteStore {
 
     async fn update(&self, record: &MemoryRecord) -> Result<bool> {
         let metadata = serde_json::Value::Object(record.metadata.clone()).to_string();
+        let mut transaction = self.pool.begin().await?;
         let result = sqlx::query(
             "update memories set memory = ?, hash = ?, metadata = ?, created_at = ?, updated_at = ?, \
-             expiration_date = ?, embedding = ? where tenant = ? and id = ?",
+             expiration_date = ?, text_lemmatized = ?, doc_len = ?, embedding = ? where tenant = ? and id = ?",
         )
         .bind(&record.memory)
         .bind(&record.hash)
@@ -419,12 +457,18 @@ impl VectorStore for SqliteStore {
         .bind(micros(record.created_at))
         .bind(micros(record.updated_at))
         .bind(record.expiration_date.map(|date| date.format("%Y-%m-%d").to_string()))
+        .bind(&record.text_lemmatized)
+        .bind(doc_len(&record.text_lemmatized))
         .bind(encode_embedding(&record.embedding))
         .bind(&record.tenant)
         .bind(record.id.to_string())
-        .execute(&self.pool)
+        .execute(&mut *transaction)
         .await?;
         let updated = result.rows_affected() == 1;
+        if updated {
+            write_terms(&mut transaction, record).await?;
+        }
+        transaction.commit().await?;
         if updated {
             self.cache.put(std::slice::from_ref(record));
         }
@@ -457,6 +501,61 @@ impl VectorStore for SqliteStore {
         transaction.commit().await?;
         self.cache.remove(records.iter().map(|record| record.id));
         Ok(records)
+    }
+
+    async fn get_many(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
+        let mut records = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(FETCH_CHUNK) {
+            let placeholders = vec!["?"; chunk.len()].join(", ");
+            let statement = format!("select {COLUMNS} from memories where +tenant = ? and id in ({placeholders})");
+            let mut fetch = sqlx::query(&statement).bind(tenant);
+            for id in chunk {
+                fetch = fetch.bind(id.to_string());
+            }
+            for row in fetch.fetch_all(&self.pool).await? {
+                records.push(row_to_record(&row)?);
+            }
+        }
+        Ok(records)
+    }
+
+    async fn keyword_postings(&self, query: &ScopedQuery, terms: &[String]) -> Result<KeywordPostings> {
+        let Clause { sql, binds } = where_clause(query);
+        let stats = format!("select count(*), coalesce(avg(doc_len), 0.0) from memories where {sql}");
+        let row = bind_all(sqlx::query(&stats), &binds).fetch_one(&self.pool).await?;
+        let doc_count: i64 = row.try_get(0)?;
+        let avg_doc_len: f64 = row.try_get(1)?;
+        if doc_count == 0 || terms.is_empty() {
+            return Ok(KeywordPostings { doc_count: 0, avg_doc_len, postings: Vec::new() });
+        }
+        // The scope's rows are joined by primary key to the postings of each term.
+        let placeholders = vec!["?"; terms.len()].join(", ");
+        let statement = format!(
+            "select t.memory_id, t.term, t.tf, m.doc_len from memory_terms t \
+             join (select id, doc_len from memories where {sql}) m on m.id = t.memory_id \
+             where t.tenant = ? and t.term in ({placeholders})"
+        );
+        let mut fetch = bind_all(sqlx::query(&statement), &binds).bind(&query.tenant);
+        for term in terms {
+            fetch = fetch.bind(term);
+        }
+        let postings = fetch
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|row| {
+                let id: String = row.try_get(0)?;
+                let tf: i64 = row.try_get(2)?;
+                let doc_len: i64 = row.try_get(3)?;
+                Ok(Posting {
+                    id: Uuid::parse_str(&id).map_err(|error| Error::Internal(format!("stored id {id}: {error}")))?,
+                    term: row.try_get(1)?,
+                    tf: u32::try_from(tf).unwrap_or(0),
+                    doc_len: u32::try_from(doc_len).unwrap_or(0),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KeywordPostings { doc_count: u64::try_from(doc_count).unwrap_or(0), avg_doc_len, postings })
     }
 
     async fn search(
@@ -578,6 +677,10 @@ impl VectorStore for SqliteStore {
         let mut transaction = self.pool.begin().await?;
         match tenant {
             Some(tenant) => {
+                sqlx::query("delete from memory_terms where tenant = ?")
+                    .bind(tenant)
+                    .execute(&mut *transaction)
+                    .await?;
                 sqlx::query("delete from memories where tenant = ?").bind(tenant).execute(&mut *transaction).await?;
                 sqlx::query("delete from memories_entities where tenant = ?")
                     .bind(tenant)
@@ -585,6 +688,7 @@ impl VectorStore for SqliteStore {
                     .await?;
             }
             None => {
+                sqlx::query("delete from memory_terms").execute(&mut *transaction).await?;
                 sqlx::query("delete from memories").execute(&mut *transaction).await?;
                 sqlx::query("delete from memories_entities").execute(&mut *transaction).await?;
             }

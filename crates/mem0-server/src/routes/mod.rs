@@ -77,9 +77,14 @@ pub struct MemoryResponse {
     /// Named things the fact mentions (people, places, products…).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub entities: Vec<String>,
-    /// Similarity to the query in [0, 1] (search only).
+    /// Score in [0, 1] (search only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f32>,
+    /// Score components (search with `explain: true`): `semantic`, `keyword`, `bm25`, `entity`,
+    /// `contributions` (weight × signal; they add up to `score`) and `sources`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub explain: Option<serde_json::Value>,
 }
 
 impl From<MemoryItem> for MemoryResponse {
@@ -102,6 +107,7 @@ impl From<MemoryItem> for MemoryResponse {
             linked_memory_ids: item.linked_memory_ids,
             entities: item.entities,
             score: item.score,
+            explain: item.explain.and_then(|explain| serde_json::to_value(explain).ok()),
         }
     }
 }

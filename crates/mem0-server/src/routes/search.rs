@@ -41,22 +41,56 @@ pub struct SearchRequest {
     /// Most results, 1 to 1000 (default 20).
     #[serde(default)]
     pub top_k: Option<usize>,
-    /// Lowest similarity returned, 0 to 1 (default 0.1).
+    /// Lowest score returned, 0 to 1 (default 0.1). Scores are in [0, 1] and comparable across
+    /// queries: in `hybrid` mode the weighted sum of semantic similarity, normalised BM25 and entity
+    /// match (weights add up to 1); in `dense` mode the cosine similarity; in `keyword` mode the
+    /// normalised BM25 (1 = every query term present in an average-length memory).
     #[serde(default)]
     pub threshold: Option<f32>,
     /// Include expired memories (default false).
     #[serde(default)]
     pub show_expired: Option<bool>,
+    /// Retrievers to use (default `hybrid`).
+    #[serde(default)]
+    pub mode: Option<SearchModeInput>,
+    /// Return each result's score components (`explain`).
+    #[serde(default)]
+    pub explain: Option<bool>,
+}
+
+/// Which retrievers produce candidates.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchModeInput {
+    /// Dense ∪ BM25 ∪ entity-linked candidates, fused.
+    Hybrid,
+    /// Embedding similarity only.
+    Dense,
+    /// BM25 only (no embedding call).
+    Keyword,
+}
+
+impl From<SearchModeInput> for SearchMode {
+    fn from(mode: SearchModeInput) -> Self {
+        match mode {
+            SearchModeInput::Hybrid => Self::Hybrid,
+            SearchModeInput::Dense => Self::Dense,
+            SearchModeInput::Keyword => Self::Keyword,
+        }
+    }
 }
 
 /// Results of a search.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct SearchResponse {
-    /// Best first, each with its `score`.
+    /// Best first, each with its `score` (and `explain` when asked).
     pub results: Vec<MemoryResponse>,
+    /// Things to know although the search succeeded (e.g. a reranker that failed and was skipped).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
-/// Search the memories of a scope by meaning
+/// Search the memories of a scope: hybrid (embeddings, BM25, entities), dense or keyword
 #[utoipa::path(
     post,
     path = "/search",
@@ -94,9 +128,12 @@ pub async fn search_memories(
         top_k: body.top_k.unwrap_or(DEFAULT_TOP_K),
         threshold: body.threshold.unwrap_or(DEFAULT_THRESHOLD),
         show_expired: body.show_expired.unwrap_or(false),
-        mode: SearchMode::default(),
-        explain: false,
+        mode: body.mode.map(SearchMode::from).unwrap_or_default(),
+        explain: body.explain.unwrap_or(false),
     };
     let outcome = state.memory().search(&caller, request).await?;
-    Ok(AppJson(SearchResponse { results: outcome.results.into_iter().map(MemoryResponse::from).collect() }))
+    Ok(AppJson(SearchResponse {
+        results: outcome.results.into_iter().map(MemoryResponse::from).collect(),
+        warnings: outcome.warnings,
+    }))
 }
