@@ -149,3 +149,46 @@ async fn unknown_modes_are_rejected() {
     let reply = server.post("/search", json!({"query": "x", "user_id": "u", "mode": "magic"})).await;
     assert_eq!(reply.status, 400, "{}", reply.body);
 }
+
+#[tokio::test]
+async fn named_entities_are_linked_and_boost_their_memories() {
+    let server = TestServer::start().await;
+    let ids = server
+        .add_texts(
+            "u",
+            &[
+                "Caroline moved to Sweden in 2019",
+                "User went to a pottery class on Tuesday",
+                "Melanie ran a charity race for mental health",
+            ],
+            json!({}),
+        )
+        .await;
+    let memory = server.get(&format!("/memories/{}", ids[0])).await;
+    assert_eq!(memory.body["entities"], json!(["Caroline", "Sweden"]), "{}", memory.body);
+
+    let hits = search(
+        &server,
+        json!({"query": "Where does Caroline live?", "user_id": "u", "explain": true, "threshold": 0.0}),
+    )
+    .await;
+    assert_eq!(hits[0]["memory"], "Caroline moved to Sweden in 2019");
+    let explain = &hits[0]["explain"];
+    assert!(explain["entity"].as_f64().is_some_and(|entity| entity > 0.9), "{explain}");
+    assert!(explain["sources"].as_array().is_some_and(|sources| sources.contains(&json!("entity"))), "{explain}");
+    let others: Vec<&Value> = hits.iter().skip(1).collect();
+    assert!(others.iter().all(|hit| hit["explain"]["entity"] == 0.0), "{others:?}");
+
+    // Updating the text re-links: Caroline is gone, Oslo arrives.
+    let reply = server.put(&format!("/memories/{}", ids[0]), json!({"text": "Jonas moved to Oslo in 2019"})).await;
+    assert_eq!(reply.body["result"]["entities"], json!(["Jonas", "Oslo"]), "{}", reply.body);
+    let hits = search(&server, json!({"query": "Caroline", "user_id": "u", "explain": true, "threshold": 0.0})).await;
+    assert!(hits.iter().all(|hit| hit["explain"]["entity"] == 0.0), "{hits:?}");
+    let hits = search(&server, json!({"query": "Jonas", "user_id": "u", "explain": true, "threshold": 0.0})).await;
+    assert_eq!(hits[0]["memory"], "Jonas moved to Oslo in 2019");
+    assert!(hits[0]["explain"]["entity"].as_f64().is_some_and(|entity| entity > 0.9));
+    // Deleting the memory removes its links.
+    server.delete(&format!("/memories/{}", ids[0])).await;
+    let hits = search(&server, json!({"query": "Jonas", "user_id": "u", "explain": true, "threshold": 0.0})).await;
+    assert!(hits.iter().all(|hit| hit["explain"]["entity"] == 0.0), "{hits:?}");
+}

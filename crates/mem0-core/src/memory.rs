@@ -15,15 +15,16 @@ use tracing::{debug, info, instrument, warn};
 use uuid::Uuid;
 
 use crate::analysis;
+use crate::entities;
 use crate::error::{Error, ProviderError, ProviderErrorKind, Result};
 use crate::extraction::{self, ExtractionInput, PromptMessage};
 use crate::filter::{Condition, Field, Filter, Operand, Operator, Scalar, TextField};
 use crate::history::{BufferedMessages, HistoryStore};
 use crate::providers::embedder::Embedder;
 use crate::providers::llm::{ChatMessage, Llm, LlmRequest, TokenUsage};
-use crate::retrieval::{self, Bm25, RetrievalSettings, ScoreExplanation, MAX_QUERY_TERMS};
+use crate::retrieval::{self, Bm25, EntityScores, RetrievalSettings, ScoreExplanation, MAX_QUERY_TERMS};
 use crate::scope::{Caller, Role, Scope};
-use crate::store::{Cursor, ScopeCursor, ScopeKind, ScopePage, ScopedQuery, VectorStore};
+use crate::store::{Cursor, EntityLink, EntityProbe, ScopeCursor, ScopeKind, ScopePage, ScopedQuery, VectorStore};
 use crate::types::{memory_hash, HistoryEvent, HistoryRecord, MemoryItem, MemoryRecord, Message, Metadata};
 
 /// Most messages one add call may carry.
@@ -362,17 +363,16 @@ impl Memory {
             return Ok(AddOutcome::default());
         }
         let texts: Vec<String> = sources.iter().map(|message| message.content.trim().to_owned()).collect();
-        let embeddings = self.embedder.embed_batch(&texts).await?;
-        if embeddings.len() != texts.len() {
-            return Err(Error::Internal("embedder returned a wrong number of vectors".into()));
-        }
+        let names: Vec<Vec<String>> = texts.iter().map(|text| entity_names(text)).collect();
+        let (embeddings, name_vectors) = self.embed_with_entities(&texts, &names).await?;
         let now = stored_now();
         let created_at = request.timestamp.map(|at| at.trunc_subsecs(6)).unwrap_or(now);
         let records: Vec<MemoryRecord> = sources
             .iter()
             .zip(texts)
             .zip(embeddings)
-            .map(|((message, text), embedding)| MemoryRecord {
+            .zip(names)
+            .map(|(((message, text), embedding), entities)| MemoryRecord {
                 id: Uuid::now_v7(),
                 tenant: caller.tenant.clone(),
                 scope: request.scope.clone(),
@@ -387,13 +387,14 @@ impl Memory {
                 actor_id: message.name.clone(),
                 memory_type: None,
                 linked_memory_ids: Vec::new(),
-                entities: Vec::new(),
+                entities,
                 text_lemmatized: String::new(),
                 embedding,
             })
             .map(with_analysis)
             .collect();
-        self.write_new(caller, &records, None, now).await?;
+        let links = entity_links(&records, &name_vectors, "proper");
+        self.write_new(caller, &records, &links, None, now).await?;
         Ok(AddOutcome { results: added(records), warnings: Vec::new(), usage: None })
     }
 
@@ -504,15 +505,14 @@ impl Memory {
             messages: request.messages.iter().filter(|message| message.role != "system").cloned().collect(),
         };
         let texts: Vec<String> = kept.iter().map(|(fact, _)| fact.text.clone()).collect();
-        let embeddings = if texts.is_empty() { Vec::new() } else { self.embedder.embed_batch(&texts).await? };
-        if embeddings.len() != texts.len() {
-            return Err(Error::Internal("embedder returned a wrong number of vectors".into()));
-        }
+        let names: Vec<Vec<String>> = kept.iter().map(|(fact, _)| clean_entities(fact.entities.clone())).collect();
+        let (embeddings, name_vectors) = self.embed_with_entities(&texts, &names).await?;
         let mut invented = 0usize;
         let records: Vec<MemoryRecord> = kept
             .into_iter()
             .zip(embeddings)
-            .map(|((fact, hash), embedding)| {
+            .zip(names)
+            .map(|(((fact, hash), embedding), entities)| {
                 let mut linked = Vec::new();
                 for short_id in &fact.linked_ids {
                     match short_id
@@ -542,7 +542,7 @@ impl Memory {
                     actor_id: None,
                     memory_type: None,
                     linked_memory_ids: linked,
-                    entities: clean_entities(fact.entities),
+                    entities,
                     text_lemmatized: String::new(),
                     embedding,
                 }
@@ -552,7 +552,8 @@ impl Memory {
         if invented > 0 {
             debug!(invented, "ignored linked memory ids the model made up");
         }
-        self.write_new(caller, &records, Some(&buffered), now).await?;
+        let links = entity_links(&records, &name_vectors, "llm");
+        self.write_new(caller, &records, &links, Some(&buffered), now).await?;
         Ok(AddOutcome { results: added(records), warnings, usage: Some(response.usage) })
     }
 
@@ -620,7 +621,7 @@ impl Memory {
             embedding,
         };
         let records = vec![with_analysis(record)];
-        self.write_new(caller, &records, None, now).await?;
+        self.write_new(caller, &records, &[], None, now).await?;
         Ok(AddOutcome { results: added(records), warnings: Vec::new(), usage: Some(response.usage) })
     }
 
@@ -643,23 +644,58 @@ impl Memory {
         Ok(page.records.into_iter().map(|record| record.hash).collect())
     }
 
-    /// Writes new memories, their ADD history and (optionally) buffered messages; on a history
-    /// failure the memory rows are removed again, so the call leaves nothing behind.
+    /// Embeds texts and the distinct entity names in one batch call; returns the texts' vectors
+    /// in order and the names' vectors by name.
+    async fn embed_with_entities(
+        &self,
+        texts: &[String],
+        names: &[Vec<String>],
+    ) -> Result<(Vec<Vec<f32>>, HashMap<String, Vec<f32>>)> {
+        let mut distinct: Vec<String> = Vec::new();
+        let mut seen = HashSet::new();
+        for name in names.iter().flatten() {
+            if seen.insert(name.clone()) {
+                distinct.push(name.clone());
+            }
+        }
+        let mut batch: Vec<String> = texts.to_vec();
+        batch.extend(distinct.iter().cloned());
+        if batch.is_empty() {
+            return Ok((Vec::new(), HashMap::new()));
+        }
+        let mut vectors = self.embedder.embed_batch(&batch).await?;
+        if vectors.len() != batch.len() {
+            return Err(Error::Internal("embedder returned a wrong number of vectors".into()));
+        }
+        let name_vectors = vectors.split_off(texts.len());
+        Ok((vectors, distinct.into_iter().zip(name_vectors).collect()))
+    }
+
+    /// Writes new memories, their entity links, their ADD history and (optionally) buffered
+    /// messages; if a later step fails the memory rows are removed again (their links go with
+    /// them), so the call leaves nothing behind.
     async fn write_new(
         &self,
         caller: &Caller,
         records: &[MemoryRecord],
+        links: &[EntityLink],
         buffered: Option<&BufferedMessages>,
         now: DateTime<Utc>,
     ) -> Result<()> {
         let history: Vec<HistoryRecord> =
             records.iter().map(|record| HistoryRecord::for_event(record, HistoryEvent::Add, None, now)).collect();
+        let ids: Vec<Uuid> = records.iter().map(|record| record.id).collect();
         if !records.is_empty() {
             self.store.insert(records).await?;
         }
+        if !links.is_empty() {
+            if let Err(error) = self.store.link_entities(links, &[], self.retrieval.entity_merge_threshold).await {
+                self.undo("add", self.store.delete(&caller.tenant, &ids).await.map(|_| ()));
+                return Err(error);
+            }
+        }
         if let Err(error) = self.history.append_with_messages(&history, buffered).await {
             if !records.is_empty() {
-                let ids: Vec<Uuid> = records.iter().map(|record| record.id).collect();
                 self.undo("add", self.store.delete(&caller.tenant, &ids).await.map(|_| ()));
             }
             return Err(error);
@@ -773,14 +809,12 @@ impl Memory {
         let mut seen = HashSet::new();
         terms.retain(|term| seen.insert(term.clone()));
         terms.truncate(MAX_QUERY_TERMS);
-        if terms.is_empty() {
-            return Ok(Bm25::default());
-        }
+        // Without terms the store still reports the scope's size (entity weighting uses it).
         let postings = self.store.keyword_postings(query, &terms).await?;
         Ok(Bm25::score(&postings, &terms))
     }
 
-    /// Candidates from the dense and keyword retrievers, each scored on every signal.
+    /// Candidates from the dense, keyword and entity retrievers, each scored on every signal.
     async fn hybrid(
         &self,
         query: &ScopedQuery,
@@ -788,27 +822,68 @@ impl Memory {
         top_k: usize,
     ) -> Result<Vec<(MemoryRecord, ScoreExplanation)>> {
         let pool = self.retrieval.candidates.max(top_k).min(MAX_PAGE_SIZE);
-        let vector = self.embedder.embed(text).await?;
-        let (dense, bm25) = futures::try_join!(self.store.search(query, &vector, pool, 0.0), self.bm25(query, text))?;
+        // The query and the entities it names, embedded in one call.
+        let mut names: Vec<String> = Vec::new();
+        let mut seen = HashSet::new();
+        for name in entity_names(text) {
+            let normalized = entities::normalize(&name);
+            if !normalized.is_empty() && seen.insert(normalized) {
+                names.push(name);
+            }
+        }
+        let mut batch = vec![text.to_owned()];
+        batch.extend(names.iter().cloned());
+        let mut vectors = self.embedder.embed_batch(&batch).await?;
+        if vectors.len() != batch.len() {
+            return Err(Error::Internal("embedder returned a wrong number of vectors".into()));
+        }
+        let probe_vectors = vectors.split_off(1);
+        let vector = vectors.pop().ok_or_else(|| Error::Internal("embedder returned no vector".into()))?;
+        let probes: Vec<EntityProbe> = names
+            .iter()
+            .zip(probe_vectors)
+            .map(|(name, embedding)| EntityProbe { normalized: entities::normalize(name), embedding })
+            .collect();
+        let (dense, bm25, entity_hits) = futures::try_join!(
+            self.store.search(query, &vector, pool, 0.0),
+            self.bm25(query, text),
+            self.store.entity_memories(query, &probes, self.retrieval.entity_match_threshold)
+        )?;
+        let entity = EntityScores::new(&entity_hits, probes.len(), bm25.doc_count);
+
         let mut candidates: HashMap<Uuid, (MemoryRecord, Vec<String>)> = HashMap::new();
         for hit in dense {
             candidates.insert(hit.record.id, (hit.record, vec!["dense".to_owned()]));
         }
         let keyword_ids: Vec<Uuid> = bm25.top(pool).into_iter().map(|(id, _)| id).collect();
-        let missing: Vec<Uuid> = keyword_ids.iter().filter(|id| !candidates.contains_key(id)).copied().collect();
+        let entity_ids: Vec<Uuid> = entity.top(pool);
+        let missing: Vec<Uuid> = keyword_ids
+            .iter()
+            .chain(&entity_ids)
+            .filter(|id| !candidates.contains_key(id))
+            .copied()
+            .collect::<HashSet<Uuid>>()
+            .into_iter()
+            .collect();
         for record in self.store.get_many(&query.tenant, &missing).await? {
             candidates.insert(record.id, (record, Vec::new()));
         }
-        for id in &keyword_ids {
-            if let Some((_, sources)) = candidates.get_mut(id) {
-                sources.push("keyword".to_owned());
+        for (source, ids) in [("keyword", &keyword_ids), ("entity", &entity_ids)] {
+            for id in ids {
+                if let Some((_, sources)) = candidates.get_mut(id) {
+                    sources.push(source.to_owned());
+                }
             }
         }
         let weights = self.retrieval.normalised_weights();
         Ok(candidates
             .into_values()
             .map(|(record, sources)| {
-                let signals = [retrieval::semantic(&vector, &record.embedding), bm25.normalised(&record.id), 0.0];
+                let signals = [
+                    retrieval::semantic(&vector, &record.embedding),
+                    bm25.normalised(&record.id),
+                    entity.signal(&record.id),
+                ];
                 let raw = bm25.scores.get(&record.id).copied().unwrap_or_default() as f32;
                 (record, ScoreExplanation::new(signals, raw, weights, sources))
             })
@@ -840,11 +915,22 @@ impl Memory {
         let metadata_update = request.metadata.map(sanitize_metadata).transpose()?;
         let old = self.visible(caller, id).await?;
         let mut updated = old.clone();
+        // A new text gets new entities; the old links are kept ready in case the change is undone.
+        let mut relink: Option<(Vec<EntityLink>, Vec<EntityLink>)> = None;
         if let Some(text) = new_text.filter(|text| *text != old.memory) {
-            updated.embedding = self.embedder.embed(&text).await?;
+            let names = entity_names(&text);
+            let all_names: Vec<String> = names.iter().chain(&old.entities).cloned().collect();
+            let (mut vectors, name_vectors) =
+                self.embed_with_entities(std::slice::from_ref(&text), &[all_names]).await?;
+            updated.embedding = vectors.pop().ok_or_else(|| Error::Internal("embedder returned no vector".into()))?;
             updated.hash = memory_hash(&text);
             updated.text_lemmatized = analysis::lemmatize(&text);
             updated.memory = text;
+            updated.entities = names;
+            relink = Some((
+                entity_links(std::slice::from_ref(&updated), &name_vectors, "proper"),
+                entity_links(std::slice::from_ref(&old), &name_vectors, "proper"),
+            ));
         }
         if let Some(metadata) = metadata_update {
             updated.metadata.extend(metadata);
@@ -858,9 +944,19 @@ impl Memory {
         if !self.store.update(&updated).await? {
             return Err(Error::MemoryNotFound { id: id.to_string() });
         }
+        let merge = self.retrieval.entity_merge_threshold;
+        if let Some((new_links, _)) = &relink {
+            if let Err(error) = self.store.link_entities(new_links, &[id], merge).await {
+                self.undo("update", self.store.update(&old).await.map(|_| ()));
+                return Err(error);
+            }
+        }
         let entry = HistoryRecord::for_event(&updated, HistoryEvent::Update, Some(old.memory.clone()), now);
         if let Err(error) = self.history.append(&[entry]).await {
             self.undo("update", self.store.update(&old).await.map(|_| ()));
+            if let Some((_, old_links)) = &relink {
+                self.undo("update", self.store.link_entities(old_links, &[id], merge).await);
+            }
             return Err(error);
         }
         Ok(updated.into())
@@ -874,13 +970,21 @@ impl Memory {
     pub async fn delete(&self, caller: &Caller, id: Uuid) -> Result<()> {
         caller.require(Role::Write)?;
         let record = self.visible(caller, id).await?;
-        if self.store.delete(&caller.tenant, &[id]).await? == 0 {
-            return Err(Error::MemoryNotFound { id: id.to_string() });
-        }
+        // History first: undoing a history row is simple, re-creating a deleted memory with its
+        // entity links is not.
         let entry = HistoryRecord::for_event(&record, HistoryEvent::Delete, Some(record.memory.clone()), stored_now());
-        if let Err(error) = self.history.append(&[entry]).await {
-            self.undo("delete", self.store.insert(std::slice::from_ref(&record)).await);
-            return Err(error);
+        let entry_id = entry.id;
+        self.history.append(&[entry]).await?;
+        let deleted = match self.store.delete(&caller.tenant, &[id]).await {
+            Ok(deleted) => deleted,
+            Err(error) => {
+                self.undo("delete", self.history.remove(&[entry_id]).await);
+                return Err(error);
+            }
+        };
+        if deleted == 0 {
+            self.undo("delete", self.history.remove(&[entry_id]).await);
+            return Err(Error::MemoryNotFound { id: id.to_string() });
         }
         Ok(())
     }
@@ -1030,6 +1134,33 @@ impl Memory {
             warn!(operation, %error, "could not undo a memory write after a history failure");
         }
     }
+}
+
+/// Named things in a memory text, found without a model (rule-based English, tagged Chinese).
+fn entity_names(text: &str) -> Vec<String> {
+    clean_entities(entities::extract(text).into_iter().map(|entity| entity.text).collect())
+}
+
+/// The entity links of new records, one per (record, entity) with a usable name.
+fn entity_links(records: &[MemoryRecord], vectors: &HashMap<String, Vec<f32>>, kind: &str) -> Vec<EntityLink> {
+    records
+        .iter()
+        .flat_map(|record| {
+            record.entities.iter().filter_map(move |name| {
+                let normalized = entities::normalize(name);
+                let embedding = vectors.get(name)?;
+                (!normalized.is_empty()).then(|| EntityLink {
+                    memory_id: record.id,
+                    tenant: record.tenant.clone(),
+                    scope: record.scope.clone(),
+                    name: name.clone(),
+                    normalized,
+                    kind: kind.to_owned(),
+                    embedding: embedding.clone(),
+                })
+            })
+        })
+        .collect()
 }
 
 /// Fills the analysed text of a new record (the keyword index is built from it).

@@ -41,6 +41,21 @@ pub struct RetrievalSettings {
     /// Candidates each retriever brings (at least `top_k`).
     #[serde(default = "default_candidates")]
     pub candidates: usize,
+    /// A query entity matches a stored one with the same normalised name, or with an embedding
+    /// at least this similar.
+    #[serde(default = "default_entity_match_threshold")]
+    pub entity_match_threshold: f32,
+    /// A new entity is merged into an existing one of its scope with the same normalised name,
+    /// or with an embedding at least this similar.
+    #[serde(default = "default_entity_merge_threshold")]
+    pub entity_merge_threshold: f32,
+}
+
+fn default_entity_match_threshold() -> f32 {
+    0.9
+}
+fn default_entity_merge_threshold() -> f32 {
+    0.95
 }
 
 fn default_semantic_weight() -> f32 {
@@ -63,6 +78,8 @@ impl Default for RetrievalSettings {
             keyword_weight: default_keyword_weight(),
             entity_weight: default_entity_weight(),
             candidates: default_candidates(),
+            entity_match_threshold: default_entity_match_threshold(),
+            entity_merge_threshold: default_entity_merge_threshold(),
         }
     }
 }
@@ -93,6 +110,14 @@ impl RetrievalSettings {
                 return Err(format!("retrieval.{name} must be between 0 and 1"));
             }
         }
+        for (name, threshold) in [
+            ("entity_match_threshold", self.entity_match_threshold),
+            ("entity_merge_threshold", self.entity_merge_threshold),
+        ] {
+            if !(0.5..=1.0).contains(&threshold) {
+                return Err(format!("retrieval.{name} must be between 0.5 and 1"));
+            }
+        }
         if !(1..=1000).contains(&self.candidates) {
             return Err("retrieval.candidates must be between 1 and 1000".into());
         }
@@ -108,6 +133,8 @@ pub struct Bm25 {
     /// The normaliser: BM25 of an average-length memory holding every query term once (the sum
     /// of the query terms' IDFs).
     pub reference: f64,
+    /// Memories in the scope.
+    pub doc_count: u64,
 }
 
 impl Bm25 {
@@ -115,7 +142,7 @@ impl Bm25 {
     pub fn score(postings: &KeywordPostings, terms: &[String]) -> Self {
         let total = postings.doc_count as f64;
         if total == 0.0 || terms.is_empty() {
-            return Self::default();
+            return Self { doc_count: postings.doc_count, ..Self::default() };
         }
         let avg_len = if postings.avg_doc_len > 0.0 { postings.avg_doc_len } else { 1.0 };
         let mut document_frequency: HashMap<&str, f64> = HashMap::new();
@@ -134,7 +161,7 @@ impl Bm25 {
             let saturation = tf * (BM25_K1 + 1.0) / (tf + BM25_K1 * (1.0 - BM25_B + BM25_B * length / avg_len));
             *scores.entry(posting.id).or_default() += idf(&posting.term) * saturation;
         }
-        Self { scores, reference }
+        Self { scores, reference, doc_count: postings.doc_count }
     }
 
     /// The normalised keyword signal of a memory, in [0, 1].
@@ -151,6 +178,64 @@ impl Bm25 {
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         ranked.truncate(limit);
         ranked
+    }
+}
+
+/// The entity signal of memories linked to the query's entities: the IDF-weighted share of
+/// the query entities a memory is linked to. An entity linked to most memories of the scope
+/// (the user's own name in every memory) weighs little; a rare one weighs a lot; a query entity
+/// that matches nothing still counts in the denominator, as unmatched query terms do for BM25.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EntityScores {
+    signals: HashMap<Uuid, f32>,
+}
+
+impl EntityScores {
+    /// Scores the links found for `probes` query entities in a scope of `doc_count` memories.
+    pub fn new(hits: &[crate::store::EntityHit], probes: usize, doc_count: u64) -> Self {
+        if probes == 0 || hits.is_empty() {
+            return Self::default();
+        }
+        let mut linked: Vec<std::collections::HashSet<Uuid>> = vec![std::collections::HashSet::new(); probes];
+        for hit in hits {
+            if let Some(memories) = linked.get_mut(hit.probe) {
+                memories.insert(hit.memory_id);
+            }
+        }
+        let distinct: std::collections::HashSet<Uuid> = hits.iter().map(|hit| hit.memory_id).collect();
+        let total = (doc_count as f64).max(distinct.len() as f64);
+        let idf: Vec<f64> = linked
+            .iter()
+            .map(|memories| {
+                let n = memories.len() as f64;
+                (1.0 + (total - n + 0.5) / (n + 0.5)).ln()
+            })
+            .collect();
+        let denominator: f64 = idf.iter().sum();
+        let mut signals: HashMap<Uuid, f64> = HashMap::new();
+        for (probe, memories) in linked.iter().enumerate() {
+            for memory in memories {
+                *signals.entry(*memory).or_default() += idf[probe];
+            }
+        }
+        Self {
+            signals: signals
+                .into_iter()
+                .map(|(id, sum)| (id, if denominator > 0.0 { (sum / denominator).min(1.0) as f32 } else { 0.0 }))
+                .collect(),
+        }
+    }
+
+    /// The entity signal of a memory, in [0, 1].
+    pub fn signal(&self, id: &Uuid) -> f32 {
+        self.signals.get(id).copied().unwrap_or(0.0)
+    }
+
+    /// The `limit` memories with the strongest signal (ties by id, newest first).
+    pub fn top(&self, limit: usize) -> Vec<Uuid> {
+        let mut ranked: Vec<(Uuid, f32)> = self.signals.iter().map(|(id, signal)| (*id, *signal)).collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
+        ranked.into_iter().take(limit).map(|(id, _)| id).collect()
     }
 }
 
@@ -274,12 +359,39 @@ mod tests {
     }
 
     #[test]
+    fn rare_entities_weigh_more_than_common_ones() {
+        use crate::store::EntityHit;
+        // Probe 0 ("Caroline") is linked to 90 of 100 memories, probe 1 ("Sweden") to one.
+        let mut hits: Vec<EntityHit> =
+            (0..90).map(|index| EntityHit { memory_id: Uuid::from_u128(index), probe: 0 }).collect();
+        hits.push(EntityHit { memory_id: Uuid::from_u128(5), probe: 1 });
+        let scores = EntityScores::new(&hits, 2, 100);
+        let both = scores.signal(&Uuid::from_u128(5));
+        let common_only = scores.signal(&Uuid::from_u128(6));
+        assert!((both - 1.0).abs() < 1e-6, "linked to every query entity: {both}");
+        assert!(common_only > 0.0 && common_only < 0.1, "the common entity alone: {common_only}");
+        assert_eq!(scores.top(1), vec![Uuid::from_u128(5)]);
+        assert_eq!(scores.signal(&Uuid::from_u128(500)), 0.0);
+        assert_eq!(EntityScores::new(&[], 2, 100), EntityScores::default());
+    }
+
+    #[test]
     fn weights_are_normalised_and_validated() {
         let settings = RetrievalSettings { semantic_weight: 2.0, ..RetrievalSettings::default() };
         assert!(settings.validate().is_err());
-        let zero = RetrievalSettings { semantic_weight: 0.0, keyword_weight: 0.0, entity_weight: 0.0, candidates: 10 };
+        let zero = RetrievalSettings {
+            semantic_weight: 0.0,
+            keyword_weight: 0.0,
+            entity_weight: 0.0,
+            ..RetrievalSettings::default()
+        };
         assert_eq!(zero.normalised_weights(), [1.0, 0.0, 0.0]);
-        let half = RetrievalSettings { semantic_weight: 0.5, keyword_weight: 0.5, entity_weight: 0.0, candidates: 10 };
+        let half = RetrievalSettings {
+            semantic_weight: 0.5,
+            keyword_weight: 0.5,
+            entity_weight: 0.0,
+            ..RetrievalSettings::default()
+        };
         assert_eq!(half.normalised_weights(), [0.5, 0.5, 0.0]);
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use chrono::{Duration, NaiveDate, TimeZone, Utc};
 use mem0_core::filter::parse_filter;
 use mem0_core::scope::Scope;
-use mem0_core::store::{ScopedQuery, SqliteStore, VectorStore};
+use mem0_core::store::{EntityHit, EntityLink, EntityProbe, ScopedQuery, SqliteStore, VectorStore};
 use mem0_core::types::{memory_hash, MemoryRecord, Metadata};
 use mem0_core::Error;
 use serde_json::{json, Value};
@@ -313,6 +313,95 @@ async fn check_keyword_index(store: &dyn VectorStore) {
     assert!(store.keyword_postings(&query("t", "nobody", None), &terms).await.expect("empty").postings.is_empty());
 }
 
+/// Entity links: rows per scope, matched by normalised name or embedding, merged on write,
+/// replaced on update, removed with their memories, and read through the query's scope and filters.
+async fn check_entity_links(store: &dyn VectorStore) {
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let v = unit([1.0, 0.0, 0.0, 0.0]);
+    let caroline = unit([0.0, 1.0, 0.0, 0.0]);
+    let sweden = unit([0.0, 0.0, 1.0, 0.0]);
+    let almost_sweden = unit([0.0, 0.0, 1.0, 0.1]);
+    let m1 = record("t", "u", "Caroline moved from Sweden", v.clone(), json!({"kind": "a"}), 0);
+    let m2 = record("t", "u", "caroline paints", v.clone(), json!({"kind": "b"}), 1);
+    let m3 = record("t", "other", "Caroline elsewhere", v.clone(), json!({}), 2);
+    store.insert(&[m1.clone(), m2.clone(), m3.clone()]).await.expect("insert");
+    let link = |memory: &MemoryRecord, name: &str, embedding: &Vec<f32>| EntityLink {
+        memory_id: memory.id,
+        tenant: memory.tenant.clone(),
+        scope: memory.scope.clone(),
+        name: name.to_owned(),
+        normalized: name.to_lowercase(),
+        kind: "proper".to_owned(),
+        embedding: embedding.clone(),
+    };
+    store
+        .link_entities(
+            &[
+                link(&m1, "Caroline", &caroline),
+                link(&m1, "Sweden", &sweden),
+                link(&m2, "caroline", &caroline),
+                link(&m2, "Swedish Kingdom", &almost_sweden),
+                link(&m3, "Caroline", &caroline),
+            ],
+            &[],
+            0.95,
+        )
+        .await
+        .expect("link");
+    let probe =
+        |name: &str, embedding: &Vec<f32>| EntityProbe { normalized: name.to_owned(), embedding: embedding.clone() };
+    let hits_for = |hits: Vec<EntityHit>| {
+        let mut ids: Vec<(Uuid, usize)> = hits.iter().map(|hit| (hit.memory_id, hit.probe)).collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    };
+    let sorted = |mut ids: Vec<(Uuid, usize)>| {
+        ids.sort();
+        ids
+    };
+    // By name, only in the query's scope.
+    let hits = store.entity_memories(&query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
+    assert_eq!(hits_for(hits), sorted(vec![(m1.id, 0), (m2.id, 0)]));
+    // By embedding when the name differs; "Swedish Kingdom" was merged into "Sweden".
+    let hits = store
+        .entity_memories(
+            &query("t", "u", None),
+            &[probe("nobody", &unit([0.0, 0.0, 0.0, 1.0])), probe("sverige", &sweden)],
+            0.9,
+        )
+        .await
+        .expect("hits");
+    assert_eq!(hits_for(hits), sorted(vec![(m1.id, 1), (m2.id, 1)]));
+    // Filters narrow.
+    let hits = store
+        .entity_memories(&query("t", "u", Some(json!({"kind": "b"}))), &[probe("caroline", &caroline)], 0.9)
+        .await
+        .expect("hits");
+    assert_eq!(hits_for(hits), vec![(m2.id, 0)]);
+    // Replacing m1's links removes them; deleting m2 removes its links and the now orphaned entities.
+    store.link_entities(&[], &[m1.id], 0.95).await.expect("unlink");
+    let hits = store.entity_memories(&query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
+    assert_eq!(hits_for(hits), vec![(m2.id, 0)]);
+    store.delete("t", &[m2.id]).await.expect("delete");
+    let hits = store.entity_memories(&query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
+    assert!(hits.is_empty());
+    // Re-linking m1 creates a fresh entity row for its scope.
+    store.link_entities(&[link(&m1, "Caroline", &caroline)], &[m1.id], 0.95).await.expect("relink");
+    let hits = store.entity_memories(&query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
+    assert_eq!(hits_for(hits), vec![(m1.id, 0)]);
+    // The other user's entity was never touched.
+    let hits =
+        store.entity_memories(&query("t", "other", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
+    assert_eq!(hits_for(hits), vec![(m3.id, 0)]);
+    store.delete_matching(&query("t", "other", None)).await.expect("delete scope");
+    assert!(store
+        .entity_memories(&query("t", "other", None), &[probe("caroline", &caroline)], 0.9)
+        .await
+        .expect("hits")
+        .is_empty());
+}
+
 macro_rules! conformance_suite {
     ($backend:ident, $open:expr) => {
         mod $backend {
@@ -352,6 +441,12 @@ macro_rules! conformance_suite {
             async fn keyword_index() {
                 let (store, _guard) = $open;
                 check_keyword_index(&store).await;
+            }
+
+            #[tokio::test]
+            async fn entity_links() {
+                let (store, _guard) = $open;
+                check_entity_links(&store).await;
             }
 
             #[tokio::test]

@@ -222,6 +222,53 @@ pub struct KeywordPostings {
     pub postings: Vec<Posting>,
 }
 
+/// One entity a memory mentions, to be linked: the store finds the scope's entity row with the
+/// same normalised name (or, failing that, the most similar embedding at or above the merge
+/// threshold) or creates one, and links the memory to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityLink {
+    /// The memory that mentions the entity.
+    pub memory_id: Uuid,
+    /// Its tenant.
+    pub tenant: String,
+    /// Its scope (entity rows are per scope).
+    pub scope: Scope,
+    /// The entity as written.
+    pub name: String,
+    /// Its matching form ([`crate::entities::normalize`]).
+    pub normalized: String,
+    /// Its kind (`proper`, `person`, `llm`, …).
+    pub kind: String,
+    /// Unit-length embedding of the name.
+    pub embedding: Vec<f32>,
+}
+
+/// An entity named in a search query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityProbe {
+    /// Matching form of the name.
+    pub normalized: String,
+    /// Unit-length embedding of the name.
+    pub embedding: Vec<f32>,
+}
+
+/// A memory linked to a query entity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntityHit {
+    /// The memory.
+    pub memory_id: Uuid,
+    /// Index of the query entity it is linked to.
+    pub probe: usize,
+}
+
+/// Cosine similarity of unit vectors (0 when the dimensions differ).
+pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
 /// Number of whitespace-separated terms of an analysed text.
 pub fn doc_len(text_lemmatized: &str) -> u32 {
     u32::try_from(text_lemmatized.split_whitespace().count()).unwrap_or(u32::MAX)
@@ -268,6 +315,20 @@ pub trait VectorStore: Debug + Send + Sync + 'static {
     /// Returns the keyword-index postings of `terms` among the memories matching `query`, with
     /// the scope's size and mean analysed length.
     async fn keyword_postings(&self, query: &ScopedQuery, terms: &[String]) -> Result<KeywordPostings>;
+
+    /// Links memories to their entities in one transaction, after removing the existing links
+    /// of the memories in `replace` (entities left without links are removed).
+    async fn link_entities(&self, links: &[EntityLink], replace: &[Uuid], merge_threshold: f32) -> Result<()>;
+
+    /// Returns the memories matching `query` that are linked to an entity of the query's scope
+    /// whose normalised name equals a probe's, or whose embedding is at least `threshold`
+    /// similar to it.
+    async fn entity_memories(
+        &self,
+        query: &ScopedQuery,
+        probes: &[EntityProbe],
+        threshold: f32,
+    ) -> Result<Vec<EntityHit>>;
 
     /// Returns the `limit` memories most similar to `vector` among those matching `query`,
     /// best first, with similarity at least `threshold`.

@@ -15,7 +15,8 @@ use uuid::Uuid;
 
 use super::pg_filter::{where_clause, PgBind, PgClause};
 use super::{
-    doc_len, Cursor, KeywordPostings, Page, Posting, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, VectorStore,
+    doc_len, Cursor, EntityHit, EntityLink, EntityProbe, KeywordPostings, Page, Posting, ScopeKind, ScopeSummary,
+    ScopedQuery, ScoredRecord, VectorStore,
 };
 use crate::error::{Error, Result};
 use crate::scope::Scope;
@@ -97,6 +98,21 @@ fn bind_all<'q>(mut query: PgQuery<'q>, binds: &'q [PgBind]) -> PgQuery<'q> {
         };
     }
     query
+}
+
+/// Removes those of `entity_ids` that no memory links to any more.
+async fn remove_orphan_entities(executor: &mut sqlx::PgConnection, entity_ids: &[Uuid]) -> Result<()> {
+    if entity_ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "delete from memories_entities e where e.id = any($1) \
+         and not exists (select 1 from memory_entity_links l where l.entity_id = e.id)",
+    )
+    .bind(entity_ids)
+    .execute(executor)
+    .await?;
+    Ok(())
 }
 
 fn row_to_record(row: &PgRow) -> Result<MemoryRecord> {
@@ -285,20 +301,166 @@ impl VectorStore for PgVectorStore {
     }
 
     async fn delete(&self, tenant: &str, ids: &[Uuid]) -> Result<u64> {
+        let mut transaction = self.pool.begin().await?;
+        let entities: Vec<Uuid> =
+            sqlx::query_scalar("select distinct entity_id from memory_entity_links where memory_id = any($1)")
+                .bind(ids)
+                .fetch_all(&mut *transaction)
+                .await?;
         let result = sqlx::query("delete from memories where tenant = $1 and id = any($2)")
             .bind(tenant)
             .bind(ids)
-            .execute(&self.pool)
+            .execute(&mut *transaction)
             .await?;
+        remove_orphan_entities(&mut transaction, &entities).await?;
+        transaction.commit().await?;
         Ok(result.rows_affected())
     }
 
     async fn delete_matching(&self, query: &ScopedQuery) -> Result<Vec<MemoryRecord>> {
         let query = ScopedQuery { show_expired: true, ..query.clone() };
         let PgClause { sql, binds, .. } = where_clause(&query, 1);
+        let mut transaction = self.pool.begin().await?;
+        let linked = format!(
+            "select distinct entity_id from memory_entity_links where memory_id in (select id from memories where {sql})"
+        );
+        let entities: Vec<Uuid> = bind_all(sqlx::query(&linked), &binds)
+            .fetch_all(&mut *transaction)
+            .await?
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<_, _>>()?;
         let statement = format!("delete from memories where {sql} returning {COLUMNS}");
-        let rows = bind_all(sqlx::query(&statement), &binds).fetch_all(&self.pool).await?;
-        rows.iter().map(row_to_record).collect()
+        let rows = bind_all(sqlx::query(&statement), &binds).fetch_all(&mut *transaction).await?;
+        let records = rows.iter().map(row_to_record).collect::<Result<Vec<_>>>()?;
+        remove_orphan_entities(&mut transaction, &entities).await?;
+        transaction.commit().await?;
+        Ok(records)
+    }
+
+    async fn link_entities(&self, links: &[EntityLink], replace: &[Uuid], merge_threshold: f32) -> Result<()> {
+        let mut transaction = self.pool.begin().await?;
+        let previous: Vec<Uuid> =
+            sqlx::query_scalar("select distinct entity_id from memory_entity_links where memory_id = any($1)")
+                .bind(replace)
+                .fetch_all(&mut *transaction)
+                .await?;
+        sqlx::query("delete from memory_entity_links where memory_id = any($1)")
+            .bind(replace)
+            .execute(&mut *transaction)
+            .await?;
+        const SCOPE: &str = "tenant = $1 and user_id is not distinct from $2 and agent_id is not distinct from $3 \
+                             and run_id is not distinct from $4";
+        for link in links {
+            let vector = Vector::from(link.embedding.clone());
+            let same_name: Option<Uuid> = sqlx::query_scalar(&format!(
+                "select id from memories_entities where {SCOPE} and normalized = $5 limit 1"
+            ))
+            .bind(&link.tenant)
+            .bind(&link.scope.user_id)
+            .bind(&link.scope.agent_id)
+            .bind(&link.scope.run_id)
+            .bind(&link.normalized)
+            .fetch_optional(&mut *transaction)
+            .await?;
+            let entity_id = match same_name {
+                Some(id) => id,
+                None => {
+                    let nearest = sqlx::query(&format!(
+                        "select id, (embedding <=> $5)::float8 as distance from memories_entities where {SCOPE} \
+                         order by embedding <=> $5 limit 1"
+                    ))
+                    .bind(&link.tenant)
+                    .bind(&link.scope.user_id)
+                    .bind(&link.scope.agent_id)
+                    .bind(&link.scope.run_id)
+                    .bind(&vector)
+                    .fetch_optional(&mut *transaction)
+                    .await?;
+                    let similar = match nearest {
+                        Some(row) => {
+                            let distance: f64 = row.try_get("distance")?;
+                            (1.0 - distance >= f64::from(merge_threshold)).then(|| row.try_get("id")).transpose()?
+                        }
+                        None => None,
+                    };
+                    match similar {
+                        Some(id) => id,
+                        None => {
+                            let id = Uuid::now_v7();
+                            sqlx::query(
+                                "insert into memories_entities (id, tenant, user_id, agent_id, run_id, entity, \
+                                 normalized, entity_type, embedding) values ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                            )
+                            .bind(id)
+                            .bind(&link.tenant)
+                            .bind(&link.scope.user_id)
+                            .bind(&link.scope.agent_id)
+                            .bind(&link.scope.run_id)
+                            .bind(&link.name)
+                            .bind(&link.normalized)
+                            .bind(&link.kind)
+                            .bind(&vector)
+                            .execute(&mut *transaction)
+                            .await?;
+                            id
+                        }
+                    }
+                }
+            };
+            sqlx::query(
+                "insert into memory_entity_links (memory_id, entity_id) values ($1, $2) on conflict do nothing",
+            )
+            .bind(link.memory_id)
+            .bind(entity_id)
+            .execute(&mut *transaction)
+            .await?;
+        }
+        remove_orphan_entities(&mut transaction, &previous).await?;
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn entity_memories(
+        &self,
+        query: &ScopedQuery,
+        probes: &[EntityProbe],
+        threshold: f32,
+    ) -> Result<Vec<EntityHit>> {
+        let pairs = query.scope.pairs();
+        let clause = where_clause(query, 5 + pairs.len());
+        let PgClause { sql, binds, .. } = clause;
+        let scope: String =
+            pairs.iter().enumerate().map(|(index, (column, _))| format!(" and e.{column} = ${}", 5 + index)).collect();
+        let statement = format!(
+            "select distinct l.memory_id from memories_entities e join memory_entity_links l on l.entity_id = e.id \
+             where e.tenant = $1 {scope} and (e.normalized = $2 or (e.embedding <=> $3) <= $4) \
+             and l.memory_id in (select id from memories where {sql})"
+        );
+        let mut hits = Vec::new();
+        for (index, probe) in probes.iter().enumerate() {
+            let mut fetch = sqlx::query_scalar::<_, Uuid>(&statement)
+                .bind(&query.tenant)
+                .bind(&probe.normalized)
+                .bind(Vector::from(probe.embedding.clone()))
+                .bind(1.0 - f64::from(threshold));
+            for (_, value) in &pairs {
+                fetch = fetch.bind(*value);
+            }
+            for bind in &binds {
+                fetch = match bind {
+                    PgBind::Text(text) => fetch.bind(text.as_str()),
+                    PgBind::Float(number) => fetch.bind(*number),
+                    PgBind::Time(at) => fetch.bind(*at),
+                    PgBind::Date(date) => fetch.bind(*date),
+                    PgBind::Uuid(id) => fetch.bind(*id),
+                };
+            }
+            hits.extend(
+                fetch.fetch_all(&self.pool).await?.into_iter().map(|memory_id| EntityHit { memory_id, probe: index }),
+            );
+        }
+        Ok(hits)
     }
 
     async fn get_many(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
@@ -324,7 +486,11 @@ impl VectorStore for PgVectorStore {
         let avg_doc_len: f64 = row.try_get(1)?;
         if doc_count == 0 || terms.is_empty() {
             transaction.commit().await?;
-            return Ok(KeywordPostings { doc_count: 0, avg_doc_len, postings: Vec::new() });
+            return Ok(KeywordPostings {
+                doc_count: u64::try_from(doc_count).unwrap_or(0),
+                avg_doc_len,
+                postings: Vec::new(),
+            });
         }
         // `terms && $1` uses the GIN index on the analysed terms; unnest counts each term's frequency.
         let statement = format!(

@@ -23,8 +23,8 @@ use uuid::Uuid;
 
 use super::sqlite_filter::{where_clause, Bind, Clause};
 use super::{
-    doc_len, term_frequencies, Cursor, KeywordPostings, Page, Posting, ScopeKind, ScopeSummary, ScopedQuery,
-    ScoredRecord, VectorStore,
+    cosine, doc_len, term_frequencies, Cursor, EntityHit, EntityLink, EntityProbe, KeywordPostings, Page, Posting,
+    ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, VectorStore,
 };
 use crate::error::{Error, Result};
 use crate::scope::Scope;
@@ -77,12 +77,22 @@ create table if not exists memories_entities (
     agent_id text,
     run_id text,
     entity text not null,
+    normalized text not null default '',
     entity_type text not null,
-    linked_memory_ids text not null default '[]',
     embedding blob not null
 );
 create index if not exists memories_entities_scope on memories_entities (tenant, user_id, agent_id, run_id);
+create table if not exists memory_entity_links (
+    memory_id text not null references memories (id) on delete cascade,
+    entity_id text not null references memories_entities (id) on delete cascade,
+    primary key (memory_id, entity_id)
+) without rowid;
+create index if not exists memory_entity_links_entity on memory_entity_links (entity_id);
 ";
+
+/// Indexes on columns that older databases get from [`add_missing_columns`].
+const LATE_INDEXES: &str =
+    "create index if not exists memories_entities_name on memories_entities (tenant, normalized);";
 
 const COLUMNS: &str = "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
                        expiration_date, attributed_to, role, actor_id, memory_type, linked_memory_ids, entities, \
@@ -232,18 +242,92 @@ pub(crate) async fn open_sqlite(path: &Path, schema: &str) -> Result<SqlitePool>
 }
 
 /// Columns added after the first release, created on databases that predate them.
-const ADDED_COLUMNS: [(&str, &str); 2] =
-    [("linked_memory_ids", "text not null default '[]'"), ("entities", "text not null default '[]'")];
+const ADDED_COLUMNS: [(&str, &str, &str); 5] = [
+    ("memories", "linked_memory_ids", "text not null default '[]'"),
+    ("memories", "entities", "text not null default '[]'"),
+    ("memories", "text_lemmatized", "text not null default ''"),
+    ("memories", "doc_len", "integer not null default 0"),
+    ("memories_entities", "normalized", "text not null default ''"),
+];
 
 async fn add_missing_columns(pool: &SqlitePool) -> Result<()> {
-    let present: Vec<String> =
-        sqlx::query_scalar("select name from pragma_table_info('memories')").fetch_all(pool).await?;
-    for (name, definition) in ADDED_COLUMNS {
+    for (table, name, definition) in ADDED_COLUMNS {
+        let present: Vec<String> =
+            sqlx::query_scalar(&format!("select name from pragma_table_info('{table}')")).fetch_all(pool).await?;
         if !present.iter().any(|column| column == name) {
-            sqlx::raw_sql(&format!("alter table memories add column {name} {definition}")).execute(pool).await?;
+            sqlx::raw_sql(&format!("alter table {table} add column {name} {definition}")).execute(pool).await?;
         }
     }
+    sqlx::raw_sql(LATE_INDEXES).execute(pool).await?;
     Ok(())
+}
+
+/// Entity ids linked to any of `ids` (read before the memories are deleted).
+async fn linked_entities(executor: &mut sqlx::SqliteConnection, ids: &[String]) -> Result<Vec<String>> {
+    let mut entities = Vec::new();
+    for chunk in ids.chunks(FETCH_CHUNK) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let statement =
+            format!("select distinct entity_id from memory_entity_links where memory_id in ({placeholders})");
+        let mut query = sqlx::query_scalar::<_, String>(&statement);
+        for id in chunk {
+            query = query.bind(id);
+        }
+        entities.extend(query.fetch_all(&mut *executor).await?);
+    }
+    Ok(entities)
+}
+
+/// Removes those of `entity_ids` that no memory links to any more.
+async fn remove_orphan_entities(executor: &mut sqlx::SqliteConnection, entity_ids: &[String]) -> Result<()> {
+    for chunk in entity_ids.chunks(FETCH_CHUNK) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let statement = format!(
+            "delete from memories_entities where id in ({placeholders}) \
+             and not exists (select 1 from memory_entity_links l where l.entity_id = memories_entities.id)"
+        );
+        let mut query = sqlx::query(&statement);
+        for id in chunk {
+            query = query.bind(id);
+        }
+        query.execute(&mut *executor).await?;
+    }
+    Ok(())
+}
+
+/// Entity rows of a scope: (id, normalised name, embedding).
+type ScopeEntities = Vec<(String, String, Vec<f32>)>;
+
+/// Entity rows of `scope`: with `exact`, rows of exactly these ids (absent ones absent, as
+/// entities are stored per scope); otherwise every row under the present ids (as searches read).
+async fn scope_entities(
+    executor: &mut sqlx::SqliteConnection,
+    tenant: &str,
+    scope: &Scope,
+    exact: bool,
+) -> Result<ScopeEntities> {
+    let mut statement = "select id, normalized, embedding from memories_entities where tenant = ?".to_owned();
+    let columns = [("user_id", &scope.user_id), ("agent_id", &scope.agent_id), ("run_id", &scope.run_id)];
+    for (column, value) in columns {
+        match value {
+            Some(_) => statement.push_str(&format!(" and {column} = ?")),
+            None if exact => statement.push_str(&format!(" and {column} is null")),
+            None => {}
+        }
+    }
+    let mut query = sqlx::query(&statement).bind(tenant);
+    for value in columns.iter().filter_map(|(_, value)| value.as_ref()) {
+        query = query.bind(value);
+    }
+    query
+        .fetch_all(&mut *executor)
+        .await?
+        .iter()
+        .map(|row| {
+            let bytes: &[u8] = row.try_get(2)?;
+            Ok((row.try_get(0)?, row.try_get(1)?, decode_embedding(bytes)))
+        })
+        .collect()
 }
 
 fn bind_all<'q>(
@@ -477,6 +561,8 @@ impl VectorStore for SqliteStore {
 
     async fn delete(&self, tenant: &str, ids: &[Uuid]) -> Result<u64> {
         let mut transaction = self.pool.begin().await?;
+        let id_texts: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+        let entities = linked_entities(&mut transaction, &id_texts).await?;
         let mut deleted = 0;
         for id in ids {
             deleted += sqlx::query("delete from memories where tenant = ? and id = ?")
@@ -486,6 +572,7 @@ impl VectorStore for SqliteStore {
                 .await?
                 .rows_affected();
         }
+        remove_orphan_entities(&mut transaction, &entities).await?;
         transaction.commit().await?;
         self.cache.remove(ids.iter().copied());
         Ok(deleted)
@@ -496,11 +583,131 @@ impl VectorStore for SqliteStore {
         let Clause { sql, binds } = where_clause(&query);
         let statement = format!("delete from memories where {sql} returning {COLUMNS}");
         let mut transaction = self.pool.begin().await?;
+        let linked = format!(
+            "select distinct entity_id from memory_entity_links where memory_id in (select id from memories where {sql})"
+        );
+        let entities: Vec<String> = bind_all(sqlx::query(&linked), &binds)
+            .fetch_all(&mut *transaction)
+            .await?
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<_, _>>()?;
         let rows = bind_all(sqlx::query(&statement), &binds).fetch_all(&mut *transaction).await?;
         let records = rows.iter().map(row_to_record).collect::<Result<Vec<_>>>()?;
+        remove_orphan_entities(&mut transaction, &entities).await?;
         transaction.commit().await?;
         self.cache.remove(records.iter().map(|record| record.id));
         Ok(records)
+    }
+
+    async fn link_entities(&self, links: &[EntityLink], replace: &[Uuid], merge_threshold: f32) -> Result<()> {
+        let mut transaction = self.pool.begin().await?;
+        let replaced: Vec<String> = replace.iter().map(Uuid::to_string).collect();
+        let previous = linked_entities(&mut transaction, &replaced).await?;
+        for id in &replaced {
+            sqlx::query("delete from memory_entity_links where memory_id = ?")
+                .bind(id)
+                .execute(&mut *transaction)
+                .await?;
+        }
+        // Entity rows of each scope, loaded once per call.
+        let mut loaded: HashMap<(String, Scope), ScopeEntities> = HashMap::new();
+        for link in links {
+            let key = (link.tenant.clone(), link.scope.clone());
+            if !loaded.contains_key(&key) {
+                let rows = scope_entities(&mut transaction, &link.tenant, &link.scope, true).await?;
+                loaded.insert(key.clone(), rows);
+            }
+            let rows = loaded.get_mut(&key).ok_or_else(|| Error::Internal("entity cache".into()))?;
+            let same_name =
+                rows.iter().find(|(_, normalized, _)| *normalized == link.normalized).map(|row| row.0.clone());
+            let similar = || {
+                rows.iter()
+                    .map(|(id, _, embedding)| (id, cosine(embedding, &link.embedding)))
+                    .filter(|(_, similarity)| *similarity >= merge_threshold)
+                    .max_by(|a, b| a.1.total_cmp(&b.1))
+                    .map(|(id, _)| id.clone())
+            };
+            let entity_id = match same_name.or_else(similar) {
+                Some(id) => id,
+                None => {
+                    let id = Uuid::now_v7().to_string();
+                    sqlx::query(
+                        "insert into memories_entities (id, tenant, user_id, agent_id, run_id, entity, normalized, \
+                         entity_type, embedding) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    )
+                    .bind(&id)
+                    .bind(&link.tenant)
+                    .bind(&link.scope.user_id)
+                    .bind(&link.scope.agent_id)
+                    .bind(&link.scope.run_id)
+                    .bind(&link.name)
+                    .bind(&link.normalized)
+                    .bind(&link.kind)
+                    .bind(encode_embedding(&link.embedding))
+                    .execute(&mut *transaction)
+                    .await?;
+                    rows.push((id.clone(), link.normalized.clone(), link.embedding.clone()));
+                    id
+                }
+            };
+            sqlx::query("insert or ignore into memory_entity_links (memory_id, entity_id) values (?, ?)")
+                .bind(link.memory_id.to_string())
+                .bind(&entity_id)
+                .execute(&mut *transaction)
+                .await?;
+        }
+        remove_orphan_entities(&mut transaction, &previous).await?;
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn entity_memories(
+        &self,
+        query: &ScopedQuery,
+        probes: &[EntityProbe],
+        threshold: f32,
+    ) -> Result<Vec<EntityHit>> {
+        if probes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut connection = self.pool.acquire().await?;
+        let rows = scope_entities(&mut connection, &query.tenant, &query.scope, false).await?;
+        let mut probes_of: HashMap<String, Vec<usize>> = HashMap::new();
+        for (id, normalized, embedding) in &rows {
+            for (index, probe) in probes.iter().enumerate() {
+                if *normalized == probe.normalized || cosine(embedding, &probe.embedding) >= threshold {
+                    probes_of.entry(id.clone()).or_default().push(index);
+                }
+            }
+        }
+        if probes_of.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Clause { sql, binds } = where_clause(query);
+        let entity_ids: Vec<&String> = probes_of.keys().collect();
+        let mut hits = Vec::new();
+        for chunk in entity_ids.chunks(FETCH_CHUNK) {
+            let placeholders = vec!["?"; chunk.len()].join(", ");
+            let statement = format!(
+                "select memory_id, entity_id from memory_entity_links where entity_id in ({placeholders}) \
+                 and memory_id in (select id from memories where {sql})"
+            );
+            let mut fetch = sqlx::query(&statement);
+            for id in chunk {
+                fetch = fetch.bind(id.as_str());
+            }
+            for row in bind_all(fetch, &binds).fetch_all(&mut *connection).await? {
+                let memory_id: String = row.try_get(0)?;
+                let entity_id: String = row.try_get(1)?;
+                let memory_id = Uuid::parse_str(&memory_id)
+                    .map_err(|error| Error::Internal(format!("stored id {memory_id}: {error}")))?;
+                for probe in probes_of.get(&entity_id).into_iter().flatten() {
+                    hits.push(EntityHit { memory_id, probe: *probe });
+                }
+            }
+        }
+        Ok(hits)
     }
 
     async fn get_many(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
@@ -526,7 +733,11 @@ impl VectorStore for SqliteStore {
         let doc_count: i64 = row.try_get(0)?;
         let avg_doc_len: f64 = row.try_get(1)?;
         if doc_count == 0 || terms.is_empty() {
-            return Ok(KeywordPostings { doc_count: 0, avg_doc_len, postings: Vec::new() });
+            return Ok(KeywordPostings {
+                doc_count: u64::try_from(doc_count).unwrap_or(0),
+                avg_doc_len,
+                postings: Vec::new(),
+            });
         }
         // The scope's rows are joined by primary key to the postings of each term.
         let placeholders = vec!["?"; terms.len()].join(", ");
