@@ -284,6 +284,7 @@ async fn run_mode(
             show_expired: true,
             mode,
             explain: false,
+            rerank: false,
         };
         let started = Instant::now();
         let outcome = memory.search(caller, request).await?;

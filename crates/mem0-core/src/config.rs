@@ -10,6 +10,7 @@ use crate::history::HistoryStore;
 use crate::memory::{ExtractionSettings, Memory};
 use crate::providers::embedder::{build_embedder, EmbedderConfig};
 use crate::providers::llm::{build_llm, LlmConfig};
+use crate::providers::reranker::{build_reranker, RerankerConfig};
 use crate::retrieval::RetrievalSettings;
 use crate::store::{PgVectorConfig, PgVectorStore, SqliteStore, VectorStore};
 
@@ -32,6 +33,9 @@ pub struct MemoryConfig {
     /// How hybrid search weighs its signals.
     #[serde(default)]
     pub retrieval: RetrievalSettings,
+    /// The reranker used by searches with `rerank: true`.
+    #[serde(default)]
+    pub reranker: RerankerConfig,
 }
 
 /// Which vector store to use; settings of every provider may be present, `provider` picks one.
@@ -110,9 +114,11 @@ impl Memory {
         let history = HistoryStore::open(&config.history.path).await?;
         let llm = build_llm(&config.llm)?;
         config.retrieval.validate().map_err(crate::Error::Config)?;
+        let reranker = build_reranker(&config.reranker, llm.as_ref())?;
         Ok(Memory::new(store, history, embedder)
             .await?
             .with_llm(llm, config.extraction.clone())
-            .with_retrieval(config.retrieval))
+            .with_retrieval(config.retrieval)
+            .with_reranker(reranker, config.reranker.candidates))
     }
 }

@@ -22,6 +22,7 @@ use crate::filter::{Condition, Field, Filter, Operand, Operator, Scalar, TextFie
 use crate::history::{BufferedMessages, HistoryStore};
 use crate::providers::embedder::Embedder;
 use crate::providers::llm::{ChatMessage, Llm, LlmRequest, TokenUsage};
+use crate::providers::reranker::Reranker;
 use crate::retrieval::{self, Bm25, EntityScores, RetrievalSettings, ScoreExplanation, MAX_QUERY_TERMS};
 use crate::scope::{Caller, Role, Scope};
 use crate::store::{Cursor, EntityLink, EntityProbe, ScopeCursor, ScopeKind, ScopePage, ScopedQuery, VectorStore};
@@ -191,6 +192,8 @@ pub struct SearchRequest {
     pub mode: SearchMode,
     /// Return each result's score components.
     pub explain: bool,
+    /// Reorder the best candidates with the configured reranker.
+    pub rerank: bool,
 }
 
 /// Which retrievers produce search candidates.
@@ -235,6 +238,8 @@ pub struct Memory {
     llm: Option<Arc<dyn Llm>>,
     extraction: ExtractionSettings,
     retrieval: RetrievalSettings,
+    reranker: Option<Arc<dyn Reranker>>,
+    rerank_candidates: usize,
 }
 
 impl Memory {
@@ -251,6 +256,8 @@ impl Memory {
             llm: None,
             extraction: ExtractionSettings::default(),
             retrieval: RetrievalSettings::default(),
+            reranker: None,
+            rerank_candidates: 30,
         })
     }
 
@@ -267,6 +274,20 @@ impl Memory {
     pub fn with_retrieval(mut self, retrieval: RetrievalSettings) -> Self {
         self.retrieval = retrieval;
         self
+    }
+
+    /// Returns the service with `reranker` (or none) reordering the best `candidates` of a search
+    /// that asks for it.
+    #[must_use]
+    pub fn with_reranker(mut self, reranker: Option<Arc<dyn Reranker>>, candidates: usize) -> Self {
+        self.reranker = reranker;
+        self.rerank_candidates = candidates.clamp(1, MAX_PAGE_SIZE);
+        self
+    }
+
+    /// Returns the reranker in use, when one is configured.
+    pub fn reranker(&self) -> Option<&Arc<dyn Reranker>> {
+        self.reranker.as_ref()
     }
 
     /// Returns the hybrid-search settings in use.
@@ -789,18 +810,46 @@ impl Memory {
         };
         scored.retain(|(_, explanation)| explanation.score() >= request.threshold);
         scored.sort_by(|a, b| b.1.score().total_cmp(&a.1.score()).then_with(|| a.0.id.cmp(&b.0.id)));
-        scored.truncate(request.top_k);
-        Ok(SearchOutcome {
-            results: scored
-                .into_iter()
-                .map(|(record, explanation)| MemoryItem {
-                    score: Some(explanation.score()),
-                    explain: request.explain.then_some(explanation),
-                    ..MemoryItem::from(record)
-                })
-                .collect(),
-            warnings: Vec::new(),
-        })
+        let mut warnings = Vec::new();
+        let mut rerank_scores: Option<Vec<f32>> = None;
+        if request.rerank {
+            match &self.reranker {
+                None => warnings.push(
+                    "rerank was asked for but no reranker is configured (memory.reranker); results are in fused order"
+                        .to_owned(),
+                ),
+                Some(reranker) => {
+                    scored.truncate(self.rerank_candidates.max(request.top_k));
+                    let documents: Vec<String> = scored.iter().map(|(record, _)| record.memory.clone()).collect();
+                    match reranker.rerank(query_text, &documents).await {
+                        Ok(scores) => rerank_scores = Some(scores),
+                        Err(error) => {
+                            warn!(reranker = reranker.name(), %error, "reranker failed; keeping the fused order");
+                            warnings.push(format!(
+                                "the reranker failed ({}); results are in fused order",
+                                error.kind.code()
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        let mut results: Vec<MemoryItem> = scored
+            .into_iter()
+            .enumerate()
+            .map(|(index, (record, explanation))| MemoryItem {
+                score: Some(explanation.score()),
+                rerank_score: rerank_scores.as_ref().and_then(|scores| scores.get(index).copied()),
+                explain: request.explain.then_some(explanation),
+                ..MemoryItem::from(record)
+            })
+            .collect();
+        if rerank_scores.is_some() {
+            // Stable: equal rerank scores keep the fused order.
+            results.sort_by(|a, b| b.rerank_score.unwrap_or(0.0).total_cmp(&a.rerank_score.unwrap_or(0.0)));
+        }
+        results.truncate(request.top_k);
+        Ok(SearchOutcome { results, warnings })
     }
 
     /// BM25 of the query's terms over the memories of the query's scope.

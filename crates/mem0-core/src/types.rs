@@ -111,6 +111,9 @@ pub struct MemoryItem {
     /// Similarity score, on search results only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f32>,
+    /// Relevance from the reranker (search with `rerank`); results are ordered by it then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerank_score: Option<f32>,
     /// How the score was made (search with `explain`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explain: Option<crate::retrieval::ScoreExplanation>,
@@ -136,6 +139,7 @@ impl From<MemoryRecord> for MemoryItem {
             linked_memory_ids: record.linked_memory_ids,
             entities: record.entities,
             score: None,
+            rerank_score: None,
             explain: None,
         }
     }

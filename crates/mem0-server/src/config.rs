@@ -125,6 +125,10 @@ impl Settings {
         if llm.anthropic.base_url.is_none() {
             llm.anthropic.base_url = plain_env("ANTHROPIC_BASE_URL").filter(|url| !url.is_empty());
         }
+        let reranker = &mut settings.memory.reranker.http;
+        if reranker.api_key.is_none() {
+            reranker.api_key = plain_env("RERANKER_API_KEY").filter(|key| !key.is_empty()).map(SecretString::from);
+        }
         let pgvector = &mut settings.memory.vector_store.pgvector;
         if pgvector.url.is_none() {
             pgvector.url = plain_env("DATABASE_URL").filter(|url| !url.is_empty()).map(SecretString::from);

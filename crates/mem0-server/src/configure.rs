@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use axum::http::StatusCode;
 use mem0_core::providers::embedder::{build_embedder, EmbedderConfig, EmbedderProvider};
 use mem0_core::providers::llm::{build_llm, JsonMode, LlmConfig, LlmProvider};
+use mem0_core::providers::reranker::{build_reranker, RerankerProvider};
 use mem0_core::{Caller, ExtractionSettings, Memory, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -474,7 +475,26 @@ pub fn redacted_view(runtime: &RuntimeConfig, memory: &Memory, settings: &Settin
             "context_messages": runtime.extraction.context_messages,
             "existing_memories": runtime.extraction.existing_memories,
         },
-        "reranker": Value::Null,
+        "reranker": {
+            "provider": match settings.memory.reranker.provider {
+                RerankerProvider::None => "none",
+                RerankerProvider::Http => "http",
+                RerankerProvider::Llm => "llm",
+            },
+            "in_use": memory.reranker().map(|reranker| reranker.name().to_owned()),
+            "candidates": settings.memory.reranker.candidates,
+            "http": {
+                "base_url": settings.memory.reranker.http.base_url.as_deref().map(shown_url),
+                "model": settings.memory.reranker.http.model,
+                "api_key_configured": settings.memory.reranker.http.api_key.is_some(),
+            },
+        },
+        "retrieval": {
+            "semantic_weight": memory.retrieval().semantic_weight,
+            "keyword_weight": memory.retrieval().keyword_weight,
+            "entity_weight": memory.retrieval().entity_weight,
+            "candidates": memory.retrieval().candidates,
+        },
         "auth": {
             "disabled": settings.auth.disabled,
             "api_keys": true,
@@ -587,7 +607,12 @@ pub async fn apply(state: &AppState, caller: &Caller, body: Value) -> Result<Val
         state.memory().as_ref().clone()
     };
     let llm = build_llm(&next.llm).map_err(|error| rejected(format!("the new llm settings do not work: {error}")))?;
-    memory = memory.with_llm(llm, next.extraction.clone());
+    // An LLM reranker follows the LLM.
+    let reranker = build_reranker(&state.settings.memory.reranker, llm.as_ref())
+        .map_err(|error| rejected(format!("the reranker cannot use the new llm: {error}")))?;
+    memory = memory
+        .with_llm(llm, next.extraction.clone())
+        .with_reranker(reranker, state.settings.memory.reranker.candidates);
     persist(&state.settings.configure.state_path, &next).map_err(|error| {
         tracing::error!(%error, "could not persist the runtime configuration");
         ApiError::new(

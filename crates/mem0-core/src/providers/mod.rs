@@ -3,3 +3,4 @@
 pub mod embedder;
 pub mod http;
 pub mod llm;
+pub mod reranker;

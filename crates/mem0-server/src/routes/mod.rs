@@ -80,6 +80,9 @@ pub struct MemoryResponse {
     /// Score in [0, 1] (search only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f32>,
+    /// Relevance from the reranker in [0, 1] (search with `rerank: true`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerank_score: Option<f32>,
     /// Score components (search with `explain: true`): `semantic`, `keyword`, `bm25`, `entity`,
     /// `contributions` (weight × signal; they add up to `score`) and `sources`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -107,6 +110,7 @@ impl From<MemoryItem> for MemoryResponse {
             linked_memory_ids: item.linked_memory_ids,
             entities: item.entities,
             score: item.score,
+            rerank_score: item.rerank_score,
             explain: item.explain.and_then(|explain| serde_json::to_value(explain).ok()),
         }
     }

@@ -56,6 +56,11 @@ pub struct SearchRequest {
     /// Return each result's score components (`explain`).
     #[serde(default)]
     pub explain: Option<bool>,
+    /// Reorder the best candidates with the configured reranker (`memory.reranker`); results
+    /// then carry `rerank_score` and are ordered by it. If the reranker fails, the fused order is
+    /// kept and `warnings` says so.
+    #[serde(default)]
+    pub rerank: Option<bool>,
 }
 
 /// Which retrievers produce candidates.
@@ -130,6 +135,7 @@ pub async fn search_memories(
         show_expired: body.show_expired.unwrap_or(false),
         mode: body.mode.map(SearchMode::from).unwrap_or_default(),
         explain: body.explain.unwrap_or(false),
+        rerank: body.rerank.unwrap_or(false),
     };
     let outcome = state.memory().search(&caller, request).await?;
     Ok(AppJson(SearchResponse {
