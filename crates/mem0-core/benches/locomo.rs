@@ -12,6 +12,8 @@
 //!   it is CC BY-NC 4.0 and must not be copied into the repository),
 //! - `LOCOMO_MODES`: comma-separated subset of `dense,keyword,hybrid` (default all three),
 //! - `LOCOMO_LIMIT`: only the first N conversations,
+//! - `LOCOMO_WEIGHTS`: hybrid weight triples `semantic,keyword,entity` separated by `;` (one
+//!   hybrid run each; default the configured weights),
 //! - `BENCH_MODEL_DIR`: the MiniLM model (default `models/all-MiniLM-L6-v2`, see `scripts/fetch-model.sh`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -23,6 +25,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use mem0_core::history::HistoryStore;
 use mem0_core::memory::{SearchMode, MAX_MESSAGES};
 use mem0_core::providers::embedder::LocalEmbedder;
+use mem0_core::retrieval::RetrievalSettings;
 use mem0_core::store::SqliteStore;
 use mem0_core::{AddRequest, Caller, Memory, Message, Scope, SearchRequest};
 use serde::Deserialize;
@@ -103,6 +106,7 @@ impl Score {
 
 struct ModeResult {
     mode: SearchMode,
+    label: String,
     by_category: BTreeMap<u8, Score>,
     overall: Score,
     latencies: Vec<Duration>,
@@ -272,8 +276,14 @@ async fn run_mode(
     dia_of: &HashMap<Uuid, String>,
     mode: SearchMode,
 ) -> mem0_core::Result<ModeResult> {
+    let label = if mode == SearchMode::Hybrid {
+        let weights = memory.retrieval().normalised_weights();
+        format!("hybrid {:.2}/{:.2}/{:.2}", weights[0], weights[1], weights[2])
+    } else {
+        mode_name(mode).to_owned()
+    };
     let mut result =
-        ModeResult { mode, by_category: BTreeMap::new(), overall: Score::default(), latencies: Vec::new() };
+        ModeResult { mode, label, by_category: BTreeMap::new(), overall: Score::default(), latencies: Vec::new() };
     for question in questions {
         let request = SearchRequest {
             scope: question.scope.clone(),
@@ -307,7 +317,7 @@ fn print_mode(result: &ModeResult) {
     let latencies = &result.latencies;
     println!(
         "\n### {} (top {TOP_K}; search p50 {:.2?}, p95 {:.2?}, n={})\n",
-        mode_name(result.mode),
+        result.label,
         percentile(latencies, 0.50),
         percentile(latencies, 0.95),
         latencies.len()
@@ -343,12 +353,31 @@ fn print_summary(results: &[ModeResult]) {
             .collect();
         println!(
             "| {} | {} | {:.2?} | {:.2?} |",
-            mode_name(result.mode),
+            result.label,
             cells.join(" | "),
             percentile(&result.latencies, 0.50),
             percentile(&result.latencies, 0.95)
         );
     }
+}
+
+/// One service per `semantic,keyword,entity` triple in `LOCOMO_WEIGHTS` (`;`-separated), or the
+/// service as configured.
+fn weighted(memory: &Memory) -> Vec<Memory> {
+    let Ok(list) = std::env::var("LOCOMO_WEIGHTS") else {
+        return vec![memory.clone()];
+    };
+    list.split(';')
+        .filter_map(|triple| {
+            let weights: Vec<f32> = triple.split(',').filter_map(|value| value.trim().parse().ok()).collect();
+            let [semantic_weight, keyword_weight, entity_weight] = weights[..] else {
+                println!("LOCOMO_WEIGHTS: {triple:?} is not semantic,keyword,entity; ignored");
+                return None;
+            };
+            let settings = RetrievalSettings { semantic_weight, keyword_weight, entity_weight, ..*memory.retrieval() };
+            Some(memory.clone().with_retrieval(settings))
+        })
+        .collect()
 }
 
 fn selected_modes() -> Vec<SearchMode> {
@@ -389,7 +418,10 @@ async fn main() {
     let embedder = match loaded.await.expect("task") {
         Ok(embedder) => embedder,
         Err(error) => {
-            println!("locomo: model not loaded from {} ({error}); run scripts/fetch-model.sh", model_dir.display());
+            println!(
+                "locomo: embedder not loaded from {}, skipped (fetch it with scripts/fetch-model.sh): {error}",
+                model_dir.display()
+            );
             return;
         }
     };
@@ -407,12 +439,16 @@ async fn main() {
     }
     let mut results = Vec::new();
     for mode in selected_modes() {
-        match run_mode(&memory, &caller, &questions, &dia_of, mode).await {
-            Ok(result) => {
-                print_mode(&result);
-                results.push(result);
+        // Hybrid runs once per weight triple of LOCOMO_WEIGHTS (default: the configured weights).
+        let services: Vec<Memory> = if mode == SearchMode::Hybrid { weighted(&memory) } else { vec![memory.clone()] };
+        for service in &services {
+            match run_mode(service, &caller, &questions, &dia_of, mode).await {
+                Ok(result) => {
+                    print_mode(&result);
+                    results.push(result);
+                }
+                Err(error) => println!("\n{}: search failed ({error}); mode skipped", mode_name(mode)),
             }
-            Err(error) => println!("\n{}: search failed ({error}); mode skipped", mode_name(mode)),
         }
     }
     if !results.is_empty() {

@@ -4,7 +4,8 @@
 //! `DATABASE_URL` is set) the Postgres + pgvector store.
 //!
 //! Run: `BENCH_N=100000 cargo bench -p mem0-core --bench stores`
-//! (`BENCH_STORES=sqlite,pgvector`; `DATABASE_URL` from `eval "$(scripts/pg-up.sh /tmp/pg)"`).
+//! (`BENCH_STORES=sqlite,pgvector`; `DATABASE_URL` from `eval "$(scripts/pg-up.sh /tmp/pg)"`;
+//! `BENCH_PG_IMPORT=1` loads Postgres with `PgVectorStore::import`: COPY, then one HNSW build).
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -174,7 +175,22 @@ async fn main() {
                 sqlx::query(&format!("create database {name}")).execute(&admin).await.expect("create database");
                 let url = format!("{}/{name}", admin_url.rsplit_once('/').expect("url").0);
                 let store = PgVectorStore::connect(&url, &PgVectorConfig::default()).await.expect("connect");
-                load("pgvector", &store, &data, Some(store.pool())).await;
+                if std::env::var("BENCH_PG_IMPORT").is_ok() {
+                    // Bulk path: COPY, then one parallel HNSW build.
+                    store.ensure_dimension(DIM, "bench").await.expect("dimension");
+                    let records: Vec<MemoryRecord> =
+                        data.scopes.iter().flat_map(|(_, records)| records.iter().cloned()).collect();
+                    let report = store.import(&records, "4GB").await.expect("import");
+                    println!(
+                        "pgvector: imported {} rows in {:.1?} ({:.0} rows/s), HNSW index built in {:.1?}",
+                        report.rows,
+                        report.load,
+                        report.rows as f64 / report.load.as_secs_f64(),
+                        report.index
+                    );
+                } else {
+                    load("pgvector", &store, &data, Some(store.pool())).await;
+                }
                 measure("pgvector", &store, &data).await;
                 // The same data with exact ranking for larger scopes, to place exact_search_max_rows.
                 let wider = PgVectorConfig {
@@ -185,6 +201,16 @@ async fn main() {
                 let exact_store = PgVectorStore::connect(&url, &wider).await.expect("connect");
                 measure("pgvector exact<=25k", &exact_store, &data).await;
                 exact_store.pool().close().await;
+                // Wider HNSW searches: more of the true top-k in large scopes, at some latency.
+                let thorough = PgVectorConfig {
+                    hnsw_ef_search: 400,
+                    hnsw_max_scan_tuples: 100_000,
+                    run_migrations: false,
+                    ..PgVectorConfig::default()
+                };
+                let thorough_store = PgVectorStore::connect(&url, &thorough).await.expect("connect");
+                measure("pgvector ef400/scan100k", &thorough_store, &data).await;
+                thorough_store.pool().close().await;
                 store.pool().close().await;
                 let _ = sqlx::query(&format!("drop database {name} with (force)")).execute(&admin).await;
             }

@@ -240,7 +240,13 @@ pub struct Memory {
     retrieval: RetrievalSettings,
     reranker: Option<Arc<dyn Reranker>>,
     rerank_candidates: usize,
+    /// Embeddings of entity names seen in queries (names repeat: "Caroline" in every question
+    /// about her), so a search embeds only the query and new names. Bounded; per embedder.
+    query_entities: Arc<std::sync::Mutex<HashMap<String, Vec<f32>>>>,
 }
+
+/// Most entity-name embeddings kept for queries.
+const QUERY_ENTITY_CACHE: usize = 10_000;
 
 impl Memory {
     /// Builds the service and checks the store's embedding dimension against the embedder's.
@@ -258,6 +264,7 @@ impl Memory {
             retrieval: RetrievalSettings::default(),
             reranker: None,
             rerank_candidates: 30,
+            query_entities: Arc::default(),
         })
     }
 
@@ -307,7 +314,7 @@ impl Memory {
     /// [`Error::Config`] on a dimension mismatch; store errors.
     pub async fn with_embedder(&self, embedder: Arc<dyn Embedder>) -> Result<Self> {
         self.store.ensure_dimension(embedder.dimension(), embedder.model_id()).await?;
-        Ok(Self { embedder, ..self.clone() })
+        Ok(Self { embedder, query_entities: Arc::default(), ..self.clone() })
     }
 
     /// Returns the history volume (history, message buffer, API keys, request log).
@@ -818,6 +825,7 @@ impl Memory {
                     "rerank was asked for but no reranker is configured (memory.reranker); results are in fused order"
                         .to_owned(),
                 ),
+                Some(_) if scored.is_empty() => {}
                 Some(reranker) => {
                     scored.truncate(self.rerank_candidates.max(request.top_k));
                     let documents: Vec<String> = scored.iter().map(|(record, _)| record.memory.clone()).collect();
@@ -880,18 +888,37 @@ impl Memory {
                 names.push(name);
             }
         }
+        let mut known: HashMap<String, Vec<f32>> = {
+            let cache = self.query_entities.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            names.iter().filter_map(|name| cache.get(name).map(|vector| (name.clone(), vector.clone()))).collect()
+        };
+        let unknown: Vec<String> = names.iter().filter(|name| !known.contains_key(*name)).cloned().collect();
         let mut batch = vec![text.to_owned()];
-        batch.extend(names.iter().cloned());
+        batch.extend(unknown.iter().cloned());
         let mut vectors = self.embedder.embed_batch(&batch).await?;
         if vectors.len() != batch.len() {
             return Err(Error::Internal("embedder returned a wrong number of vectors".into()));
         }
-        let probe_vectors = vectors.split_off(1);
+        let new_vectors = vectors.split_off(1);
         let vector = vectors.pop().ok_or_else(|| Error::Internal("embedder returned no vector".into()))?;
+        {
+            let mut cache = self.query_entities.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if cache.len() + unknown.len() > QUERY_ENTITY_CACHE {
+                cache.clear();
+            }
+            for (name, embedding) in unknown.into_iter().zip(new_vectors) {
+                cache.insert(name.clone(), embedding.clone());
+                known.insert(name, embedding);
+            }
+        }
         let probes: Vec<EntityProbe> = names
             .iter()
-            .zip(probe_vectors)
-            .map(|(name, embedding)| EntityProbe { normalized: entities::normalize(name), embedding })
+            .filter_map(|name| {
+                known.get(name).map(|embedding| EntityProbe {
+                    normalized: entities::normalize(name),
+                    embedding: embedding.clone(),
+                })
+            })
             .collect();
         let (dense, bm25, entity_hits) = futures::try_join!(
             self.store.search(query, &vector, pool, 0.0),

@@ -542,3 +542,40 @@ async fn pgvector_hnsw_path_returns_a_full_top_k_for_a_small_scope() {
     let overlap = approximate.iter().filter(|hit| exact_ids.contains(&hit.record.id)).count();
     assert!(overlap >= 9, "recall@10 {overlap}/10");
 }
+
+/// `import` (COPY + index rebuild) stores exactly what `insert` would: awkward text survives the
+/// COPY escaping, the keyword index follows, the HNSW index is back afterwards.
+#[tokio::test]
+async fn pgvector_import_round_trips_awkward_rows() {
+    let (store, _guard) = open_pg().await;
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let mut tricky = record(
+        "t",
+        "u",
+        "tab\there, newline\nthere, backslash \\ and \\N, quote \" and 成都",
+        unit([1.0, 0.0, 0.0, 0.0]),
+        json!({"path": "C:\\temp", "note": "line\nbreak"}),
+        0,
+    );
+    tricky.text_lemmatized = "tab newlin backslash n quot 成都".into();
+    tricky.entities = vec!["O\"Neil \\ Co".into(), "成都".into(), "a,b".into()];
+    tricky.linked_memory_ids = vec![Uuid::now_v7()];
+    tricky.expiration_date = NaiveDate::from_ymd_opt(2099, 1, 2);
+    tricky.attributed_to = Some("user".into());
+    let plain = record("t", "u", "plain", unit([0.0, 1.0, 0.0, 0.0]), json!({}), 1);
+    let report = store.import(&[tricky.clone(), plain.clone()], "64MB").await.expect("import");
+    assert_eq!(report.rows, 2);
+    assert_eq!(store.get("t", tricky.id).await.expect("get"), Some(tricky.clone()));
+    assert_eq!(store.get("t", plain.id).await.expect("get"), Some(plain.clone()));
+    let postings =
+        store.keyword_postings(&query("t", "u", None), &["成都".to_owned()]).await.expect("postings").postings;
+    assert_eq!(postings.iter().map(|p| p.id).collect::<Vec<_>>(), vec![tricky.id]);
+    let hits = store.search(&query("t", "u", None), &unit([1.0, 0.0, 0.0, 0.0]), 1, 0.0).await.expect("search");
+    assert_eq!(hits[0].record.id, tricky.id);
+    let indexed: i64 =
+        sqlx::query_scalar("select count(*) from pg_indexes where indexname = 'memories_embedding_hnsw'")
+            .fetch_one(store.pool())
+            .await
+            .expect("index lookup");
+    assert_eq!(indexed, 1, "the HNSW index is rebuilt");
+}

@@ -14,7 +14,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-pub use self::pgvector::{PgVectorConfig, PgVectorStore, MIGRATOR};
+pub use self::pgvector::{ImportReport, PgVectorConfig, PgVectorStore, MIGRATOR};
 pub(crate) use sqlite::open_sqlite;
 pub use sqlite::{SqliteStore, DEFAULT_VECTOR_CACHE_ENTRIES};
 

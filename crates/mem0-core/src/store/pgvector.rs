@@ -51,6 +51,21 @@ pub struct PgVectorConfig {
     /// Scopes up to this size are ranked exactly.
     #[serde(default = "default_exact_max")]
     pub exact_search_max_rows: i64,
+    /// Lowest `hnsw.ef_search` of HNSW searches (4 × top_k is used when larger, at most 1000):
+    /// higher finds more of the true top-k in large scopes, at some latency.
+    #[serde(default = "default_ef_search")]
+    pub hnsw_ef_search: usize,
+    /// `hnsw.max_scan_tuples` of iterative scans: how far a filtered HNSW search may walk before
+    /// it gives up (scopes that are a small share of a big table need more).
+    #[serde(default = "default_max_scan_tuples")]
+    pub hnsw_max_scan_tuples: u64,
+}
+
+fn default_ef_search() -> usize {
+    100
+}
+fn default_max_scan_tuples() -> u64 {
+    20_000
 }
 
 fn default_max_connections() -> u32 {
@@ -74,6 +89,8 @@ impl Default for PgVectorConfig {
             acquire_timeout_secs: default_acquire_timeout(),
             run_migrations: true,
             exact_search_max_rows: default_exact_max(),
+            hnsw_ef_search: default_ef_search(),
+            hnsw_max_scan_tuples: default_max_scan_tuples(),
         }
     }
 }
@@ -83,6 +100,8 @@ impl Default for PgVectorConfig {
 pub struct PgVectorStore {
     pool: PgPool,
     exact_search_max_rows: i64,
+    ef_search: usize,
+    max_scan_tuples: u64,
 }
 
 type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
@@ -98,6 +117,66 @@ fn bind_all<'q>(mut query: PgQuery<'q>, binds: &'q [PgBind]) -> PgQuery<'q> {
         };
     }
     query
+}
+
+/// Appends one row of `COPY ... (format text)` for `record`, columns as in [`COLUMNS`].
+fn copy_row(out: &mut String, record: &MemoryRecord) {
+    fn text(out: &mut String, value: &str) {
+        for c in value.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                other => out.push(other),
+            }
+        }
+    }
+    fn optional(out: &mut String, value: Option<&str>) {
+        match value {
+            Some(value) => text(out, value),
+            None => out.push_str("\\N"),
+        }
+    }
+    let array: String = {
+        let items: Vec<String> = record
+            .entities
+            .iter()
+            .map(|entity| format!("\"{}\"", entity.replace('\\', "\\\\").replace('"', "\\\"")))
+            .collect();
+        format!("{{{}}}", items.join(","))
+    };
+    let linked: Vec<String> = record.linked_memory_ids.iter().map(Uuid::to_string).collect();
+    let vector: Vec<String> = record.embedding.iter().map(f32::to_string).collect();
+    let fields: [Option<String>; 20] = [
+        Some(record.id.to_string()),
+        Some(record.tenant.clone()),
+        record.scope.user_id.clone(),
+        record.scope.agent_id.clone(),
+        record.scope.run_id.clone(),
+        Some(record.memory.clone()),
+        Some(record.hash.clone()),
+        Some(serde_json::Value::Object(record.metadata.clone()).to_string()),
+        Some(record.created_at.to_rfc3339()),
+        Some(record.updated_at.to_rfc3339()),
+        record.expiration_date.map(|date| date.format("%Y-%m-%d").to_string()),
+        record.attributed_to.clone(),
+        record.role.clone(),
+        record.actor_id.clone(),
+        record.memory_type.clone(),
+        Some(format!("{{{}}}", linked.join(","))),
+        Some(array),
+        Some(record.text_lemmatized.clone()),
+        Some(doc_len(&record.text_lemmatized).to_string()),
+        Some(format!("[{}]", vector.join(","))),
+    ];
+    for (index, field) in fields.iter().enumerate() {
+        if index > 0 {
+            out.push('\t');
+        }
+        optional(out, field.as_deref());
+    }
+    out.push('\n');
 }
 
 /// Removes those of `entity_ids` that no memory links to any more.
@@ -146,7 +225,66 @@ fn row_to_record(row: &PgRow) -> Result<MemoryRecord> {
     })
 }
 
+/// What [`PgVectorStore::import`] did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ImportReport {
+    /// Rows written.
+    pub rows: usize,
+    /// Time spent copying rows.
+    pub load: Duration,
+    /// Time spent building the HNSW index afterwards.
+    pub index: Duration,
+}
+
 impl PgVectorStore {
+    /// Loads many memories with `COPY`, for migrations and benchmarks. The HNSW index is dropped
+    /// for the load and built afterwards with `maintenance_work_mem` (e.g. `"2GB"`; the graph
+    /// should fit) and parallel workers, which is far faster than maintaining it row by row.
+    /// Meanwhile searches still work, ranking exactly. The keyword index (generated terms)
+    /// follows; entity links are not created. Rows are committed in batches of 10,000: a failed
+    /// import leaves the batches before the failure, and the index is rebuilt either way.
+    ///
+    /// # Errors
+    /// Store errors; the first one stops the load.
+    pub async fn import(&self, records: &[MemoryRecord], maintenance_work_mem: &str) -> Result<ImportReport> {
+        let mut connection = self.pool.acquire().await?;
+        sqlx::query("drop index if exists memories_embedding_hnsw").execute(&mut *connection).await?;
+        let started = std::time::Instant::now();
+        let mut loaded = Ok(());
+        for chunk in records.chunks(10_000) {
+            let mut rows = String::with_capacity(chunk.len() * 4096);
+            for record in chunk {
+                copy_row(&mut rows, record);
+            }
+            let copied = async {
+                let mut copy =
+                    connection.copy_in_raw(&format!("copy memories ({COLUMNS}) from stdin (format text)")).await?;
+                copy.send(rows.into_bytes()).await?;
+                copy.finish().await
+            }
+            .await;
+            if let Err(error) = copied {
+                loaded = Err(Error::from(error));
+                break;
+            }
+        }
+        let load = started.elapsed();
+        let started = std::time::Instant::now();
+        if !maintenance_work_mem.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(Error::Config(format!("invalid maintenance_work_mem {maintenance_work_mem}")));
+        }
+        sqlx::query(&format!("set maintenance_work_mem = '{maintenance_work_mem}'")).execute(&mut *connection).await?;
+        sqlx::query(
+            "create index if not exists memories_embedding_hnsw on memories using hnsw (embedding vector_cosine_ops)",
+        )
+        .execute(&mut *connection)
+        .await?;
+        sqlx::query("reset maintenance_work_mem").execute(&mut *connection).await?;
+        sqlx::query("analyze memories").execute(&mut *connection).await?;
+        loaded?;
+        Ok(ImportReport { rows: records.len(), load, index: started.elapsed() })
+    }
+
     /// Connects (lazily: the server starts, and `/ready` reports, while Postgres is down) and,
     /// when configured, applies the migrations.
     ///
@@ -158,7 +296,12 @@ impl PgVectorStore {
             .acquire_timeout(Duration::from_secs(config.acquire_timeout_secs.max(1)))
             .connect_lazy(url)
             .map_err(|error| Error::Config(format!("invalid postgres url: {error}")))?;
-        let store = Self { pool, exact_search_max_rows: config.exact_search_max_rows };
+        let store = Self {
+            pool,
+            exact_search_max_rows: config.exact_search_max_rows,
+            ef_search: config.hnsw_ef_search,
+            max_scan_tuples: config.hnsw_max_scan_tuples,
+        };
         if config.run_migrations {
             store.migrate().await?;
         }
@@ -546,7 +689,9 @@ impl VectorStore for PgVectorStore {
         } else {
             // The HNSW index with iterative scans: it keeps scanning until enough rows pass the filter.
             sqlx::query("set local hnsw.iterative_scan = relaxed_order").execute(&mut *transaction).await?;
-            sqlx::query(&format!("set local hnsw.ef_search = {}", (limit * 4).clamp(100, 1000)))
+            let ef_search = (limit * 4).max(self.ef_search).clamp(10, 1000);
+            sqlx::query(&format!("set local hnsw.ef_search = {ef_search}")).execute(&mut *transaction).await?;
+            sqlx::query(&format!("set local hnsw.max_scan_tuples = {}", self.max_scan_tuples.max(1)))
                 .execute(&mut *transaction)
                 .await?;
             "embedding <=> $1"
