@@ -559,3 +559,29 @@ async fn a_failing_history_write_undoes_the_whole_add() {
     assert_eq!(added.status, 200, "works again once the volume does: {}", added.body);
     assert_eq!(llm.received_requests().await.unwrap_or_default().len(), 2);
 }
+
+/// Deleting a user's memories forgets their buffered conversation too (it is raw user text);
+/// other users' buffers stay.
+#[tokio::test]
+async fn deleting_a_scope_forgets_its_conversation_buffer() {
+    let (server, llm) = start(chat_reply(&facts(json!([{"text": "User likes chess"}])))).await;
+    for user in ["tom", "tom_b"] {
+        assert_eq!(server.post("/memories", conversation(user)).await.status, 200);
+    }
+    let mut in_run = conversation("tom");
+    in_run["run_id"] = json!("r1");
+    assert_eq!(server.post("/memories", in_run).await.status, 200);
+    let reply = server.delete("/memories?user_id=tom").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    llm.reset().await;
+    Mock::given(method("POST")).respond_with(chat_reply(&facts(json!([])))).mount(&llm).await;
+    let mut again_run = conversation("tom");
+    again_run["run_id"] = json!("r1");
+    for body in [conversation("tom"), again_run, conversation("tom_b")] {
+        assert_eq!(server.post("/memories", body).await.status, 200);
+    }
+    let prompts: Vec<String> = chat_requests(&llm).await.iter().map(user_prompt).collect();
+    assert!(!prompts[0].contains("## Earlier Messages"), "tom's session was forgotten: {}", prompts[0]);
+    assert!(!prompts[1].contains("## Earlier Messages"), "and tom's run session: {}", prompts[1]);
+    assert!(prompts[2].contains("## Earlier Messages"), "tom_b (a `_` in the id) keeps hers: {}", prompts[2]);
+}

@@ -182,6 +182,8 @@ async fn named_entities_are_linked_and_boost_their_memories() {
     // Updating the text re-links: Caroline is gone, Oslo arrives.
     let reply = server.put(&format!("/memories/{}", ids[0]), json!({"text": "Jonas moved to Oslo in 2019"})).await;
     assert_eq!(reply.body["result"]["entities"], json!(["Jonas", "Oslo"]), "{}", reply.body);
+    let stored = server.get(&format!("/memories/{}", ids[0])).await;
+    assert_eq!(stored.body["entities"], json!(["Jonas", "Oslo"]), "the update is stored: {}", stored.body);
     let hits = search(&server, json!({"query": "Caroline", "user_id": "u", "explain": true, "threshold": 0.0})).await;
     assert!(hits.iter().all(|hit| hit["explain"]["entity"] == 0.0), "{hits:?}");
     let hits = search(&server, json!({"query": "Jonas", "user_id": "u", "explain": true, "threshold": 0.0})).await;

@@ -120,7 +120,7 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn append_requests(&self, entries: &[RequestLogEntry]) -> Result<()> {
-        let mut transaction = self.pool.begin().await?;
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         for entry in entries {
             sqlx::query(
                 "insert into request_log (at, method, route, status, latency_ms, principal_id, tenant) \
@@ -208,7 +208,7 @@ impl HistoryStore {
         records: &[HistoryRecord],
         buffered: Option<&BufferedMessages>,
     ) -> Result<()> {
-        let mut transaction = self.pool.begin().await?;
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         for record in records {
             sqlx::query(
                 "insert into history (id, tenant, memory_id, user_id, agent_id, run_id, old_memory, new_memory, \
@@ -274,6 +274,34 @@ impl HistoryStore {
         Ok(())
     }
 
+    /// Deletes the buffered messages of every session under `scope` (sessions whose key holds
+    /// each of the scope's ids), e.g. all of a user's sessions for `user_id=u`.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`].
+    pub async fn forget_sessions(&self, tenant: &str, scope: &Scope) -> Result<()> {
+        let pairs: Vec<String> = scope
+            .pairs()
+            .iter()
+            .map(|(key, value)| {
+                let escaped = value.replace('%', "%25").replace('&', "%26").replace('=', "%3D");
+                format!("&{key}={escaped}&")
+            })
+            .collect();
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        // instr, not like: scope ids may contain `_`, a like wildcard.
+        let conditions = vec!["instr('&' || session_scope || '&', ?) > 0"; pairs.len()].join(" and ");
+        let statement = format!("delete from messages where tenant = ? and {conditions}");
+        let mut query = sqlx::query(&statement).bind(tenant);
+        for pair in &pairs {
+            query = query.bind(pair);
+        }
+        query.execute(&self.pool).await?;
+        Ok(())
+    }
+
     /// Returns the newest `limit` buffered messages of a session, oldest first.
     ///
     /// # Errors
@@ -300,7 +328,7 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn remove(&self, ids: &[Uuid]) -> Result<()> {
-        let mut transaction = self.pool.begin().await?;
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         for id in ids {
             sqlx::query("delete from history where id = ?").bind(id.to_string()).execute(&mut *transaction).await?;
         }
@@ -358,7 +386,7 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn reset(&self, tenant: Option<&str>) -> Result<()> {
-        let mut transaction = self.pool.begin().await?;
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         for table in ["history", "messages"] {
             match tenant {
                 Some(tenant) => {

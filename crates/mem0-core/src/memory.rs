@@ -661,14 +661,14 @@ impl Memory {
         hashes: impl Iterator<Item = String>,
     ) -> Result<HashSet<String>> {
         let values: Vec<Scalar> = hashes.map(Scalar::Text).collect();
-        let wanted = values.len();
         let filter = Filter::Condition(Condition {
             field: Field::Text(TextField::Hash),
             op: Operator::In,
             value: Operand::Many(values),
         });
         let query = self.scoped_query(caller, scope.clone(), Some(filter), false);
-        let page = self.store.list(&query, None, wanted.clamp(1, MAX_PAGE_SIZE)).await?;
+        // A full page: the scope may hold one hash many times (verbatim adds), hiding others.
+        let page = self.store.list(&query, None, MAX_PAGE_SIZE).await?;
         Ok(page.records.into_iter().map(|record| record.hash).collect())
     }
 
@@ -1080,18 +1080,43 @@ impl Memory {
             ));
         }
         caller.check_scope(&scope)?;
-        let query = self.scoped_query(caller, scope, None, true);
-        let deleted = self.store.delete_matching(&query).await?;
+        // History first (as in delete): undoing history rows is simple, restoring deleted
+        // memories with their entity links is not. Memories added after the listing stay.
+        let query = self.scoped_query(caller, scope.clone(), None, true);
+        let mut doomed: Vec<MemoryRecord> = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self.store.list(&query, cursor, MAX_PAGE_SIZE).await?;
+            doomed.extend(page.records);
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
         let now = stored_now();
-        let entries: Vec<HistoryRecord> = deleted
+        let entries: Vec<HistoryRecord> = doomed
             .iter()
             .map(|record| HistoryRecord::for_event(record, HistoryEvent::Delete, Some(record.memory.clone()), now))
             .collect();
-        if let Err(error) = self.history.append(&entries).await {
-            self.undo("delete_all", self.store.insert(&deleted).await);
-            return Err(error);
+        let entry_ids: Vec<Uuid> = entries.iter().map(|entry| entry.id).collect();
+        self.history.append(&entries).await?;
+        let ids: Vec<Uuid> = doomed.iter().map(|record| record.id).collect();
+        let mut deleted = 0;
+        for chunk in ids.chunks(MAX_PAGE_SIZE) {
+            match self.store.delete(&caller.tenant, chunk).await {
+                Ok(count) => deleted += count,
+                Err(error) => {
+                    // Earlier chunks are gone and keep their history rows; the rest are not.
+                    let done = deleted as usize;
+                    let pending: Vec<Uuid> = entry_ids.iter().skip(done).copied().collect();
+                    self.undo("delete_all", self.history.remove(&pending).await);
+                    return Err(error);
+                }
+            }
         }
-        Ok(deleted.len())
+        // The conversation buffer of these scopes goes too: it is raw user text.
+        self.undo("delete_all", self.history.forget_sessions(&caller.tenant, &scope).await);
+        Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
     }
 
     /// Returns the changes of one memory, oldest first; works after the memory was deleted.

@@ -8,8 +8,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use axum::http::StatusCode;
-use mem0_core::providers::embedder::{build_embedder, EmbedderConfig, EmbedderProvider};
-use mem0_core::providers::llm::{build_llm, JsonMode, LlmConfig, LlmProvider};
+use mem0_core::providers::embedder::{build_embedder, EmbedderConfig, EmbedderProvider, DEFAULT_OPENAI_BASE_URL};
+use mem0_core::providers::llm::{build_llm, JsonMode, LlmConfig, LlmProvider, DEFAULT_ANTHROPIC_BASE_URL};
 use mem0_core::providers::reranker::{build_reranker, RerankerProvider};
 use mem0_core::{Caller, ExtractionSettings, Memory, Role};
 use serde::{Deserialize, Serialize};
@@ -253,6 +253,8 @@ fn apply_llm_patch(current: &LlmConfig, patch: &LlmPatch) -> Result<LlmConfig, S
         };
     }
     let temperature_ok = |value: Option<f32>| value.is_none_or(|temperature| (0.0..=2.0).contains(&temperature));
+    let anthropic_temperature_ok =
+        |value: Option<f32>| value.is_none_or(|temperature| (0.0..=1.0).contains(&temperature));
     if let Some(openai) = &patch.openai {
         if openai.model.trim().is_empty() {
             return Err("llm.openai.model cannot be empty".into());
@@ -261,6 +263,13 @@ fn apply_llm_patch(current: &LlmConfig, patch: &LlmPatch) -> Result<LlmConfig, S
             return Err("llm.openai.temperature must be between 0 and 2".into());
         }
         let defaults = mem0_core::providers::llm::OpenAiLlmConfig::default();
+        if !same_origin(current.openai.base_url.as_deref(), openai.base_url.as_deref(), DEFAULT_OPENAI_BASE_URL) {
+            // Keys and extra headers belong to the host they were configured for.
+            next.openai.api_key = None;
+            next.openai.api_key_header = None;
+            next.openai.extra_headers.clear();
+            next.openai.query_params.clear();
+        }
         next.openai.base_url = openai.base_url.clone();
         next.openai.model = openai.model.clone();
         next.openai.temperature = openai.temperature.or(defaults.temperature);
@@ -278,10 +287,17 @@ fn apply_llm_patch(current: &LlmConfig, patch: &LlmPatch) -> Result<LlmConfig, S
         if anthropic.model.trim().is_empty() {
             return Err("llm.anthropic.model cannot be empty".into());
         }
-        if !temperature_ok(anthropic.temperature) {
-            return Err("llm.anthropic.temperature must be between 0 and 2".into());
+        if !anthropic_temperature_ok(anthropic.temperature) {
+            return Err("llm.anthropic.temperature must be between 0 and 1".into());
         }
         let defaults = mem0_core::providers::llm::AnthropicLlmConfig::default();
+        if !same_origin(
+            current.anthropic.base_url.as_deref(),
+            anthropic.base_url.as_deref(),
+            DEFAULT_ANTHROPIC_BASE_URL,
+        ) {
+            next.anthropic.api_key = None;
+        }
         next.anthropic.base_url = anthropic.base_url.clone();
         next.anthropic.model = anthropic.model.clone();
         next.anthropic.temperature = anthropic.temperature;
@@ -289,6 +305,19 @@ fn apply_llm_patch(current: &LlmConfig, patch: &LlmPatch) -> Result<LlmConfig, S
         next.anthropic.timeout_secs = anthropic.timeout_secs.unwrap_or(defaults.timeout_secs).clamp(1, 600);
     }
     Ok(next)
+}
+
+/// True when two base URLs (`None` = the provider's default) have the same scheme, host and port.
+fn same_origin(before: Option<&str>, after: Option<&str>, default: &str) -> bool {
+    let origin = |url: Option<&str>| {
+        url::Url::parse(url.unwrap_or(default)).ok().map(|parsed| {
+            (parsed.scheme().to_owned(), parsed.host_str().map(str::to_owned), parsed.port_or_known_default())
+        })
+    };
+    match (origin(before), origin(after)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
 }
 
 fn apply_embedder_patch(current: &EmbedderConfig, patch: &EmbedderPatch) -> Result<EmbedderConfig, String> {
@@ -308,6 +337,9 @@ fn apply_embedder_patch(current: &EmbedderConfig, patch: &EmbedderPatch) -> Resu
             return Err("embedder.openai.model cannot be empty".into());
         }
         let defaults = mem0_core::providers::embedder::OpenAiEmbedderConfig::default();
+        if !same_origin(current.openai.base_url.as_deref(), openai.base_url.as_deref(), DEFAULT_OPENAI_BASE_URL) {
+            next.openai.api_key = None;
+        }
         next.openai.base_url = openai.base_url.clone();
         next.openai.model = openai.model.clone();
         next.openai.dimensions = openai.dimensions;
@@ -658,5 +690,36 @@ mod tests {
     #[test]
     fn shown_urls_lose_credentials() {
         assert_eq!(shown_url("https://user:pw@example.com/v1?key=abc"), "https://example.com/v1");
+    }
+}
+
+#[cfg(test)]
+mod origin_tests {
+    use super::*;
+
+    #[test]
+    fn keys_stay_with_their_host() {
+        let mut current = LlmConfig::default();
+        current.openai.api_key = Some("sk-startup".to_owned().into());
+        current.openai.extra_headers.insert("X-Org".into(), "acme".into());
+        let patch = |base_url: Option<&str>| LlmPatch {
+            provider: Some("openai".into()),
+            openai: Some(OpenAiLlmPatch {
+                base_url: base_url.map(str::to_owned),
+                model: "m".into(),
+                temperature: None,
+                max_tokens: None,
+                json_mode: None,
+                reasoning_effort: None,
+                timeout_secs: None,
+            }),
+            anthropic: None,
+        };
+        let same = apply_llm_patch(&current, &patch(Some("https://api.openai.com/v1/"))).expect("valid");
+        assert!(same.openai.api_key.is_some() && !same.openai.extra_headers.is_empty());
+        let moved = apply_llm_patch(&current, &patch(Some("https://collector.example/v1"))).expect("valid");
+        assert!(moved.openai.api_key.is_none() && moved.openai.extra_headers.is_empty());
+        let other_port = apply_llm_patch(&current, &patch(Some("https://api.openai.com:8443/v1"))).expect("valid");
+        assert!(other_port.openai.api_key.is_none());
     }
 }

@@ -76,7 +76,10 @@ impl ProviderHttp {
     /// # Errors
     /// [`crate::Error::Config`] when the TLS backend cannot initialise.
     pub fn new(provider: &'static str, timeout: Duration, retry: RetryPolicy) -> crate::Result<Self> {
+        // No redirects: a redirect would carry keys in custom headers to another host and get
+        // around the base-URL checks of /configure.
         let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(5))
             .timeout(timeout.max(Duration::from_secs(1)))
             .build()
@@ -132,7 +135,7 @@ impl ProviderHttp {
             .json(body)
             .send()
             .await
-            .map_err(|error| self.transport(&error))?;
+            .map_err(|error| self.transport(error))?;
         let status = response.status();
         let retry_after = response
             .headers()
@@ -140,7 +143,7 @@ impl ProviderHttp {
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let text = response.text().await.map_err(|error| self.transport(&error))?;
+        let text = response.text().await.map_err(|error| self.transport(error))?;
         if !status.is_success() {
             let kind = classify_status(status);
             let mut message = format!("request failed with status {}", status.as_u16());
@@ -159,9 +162,10 @@ impl ProviderHttp {
         })
     }
 
-    fn transport(&self, error: &reqwest::Error) -> ProviderError {
+    fn transport(&self, error: reqwest::Error) -> ProviderError {
         let kind = if error.is_timeout() { ProviderErrorKind::Timeout } else { ProviderErrorKind::Unavailable };
-        // reqwest's Display names the URL but never headers, so keys cannot leak here.
+        // Without the URL: its query string may carry keys (query_params) and hosts stay private.
+        let error = error.without_url();
         ProviderError::new(kind, self.provider, format!("request failed: {error}"))
     }
 }
@@ -193,11 +197,11 @@ fn provider_message(body: &str, secrets: &[&str]) -> Option<String> {
         .or_else(|| value.get("message"))
         .or_else(|| value.get("detail"))?
         .as_str()?;
-    let mut message: String = message.chars().take(300).collect();
+    let mut message = message.to_owned();
     for secret in secrets.iter().filter(|secret| secret.len() >= 4) {
         message = message.replace(secret, "[redacted]");
     }
-    Some(message)
+    Some(message.chars().take(300).collect())
 }
 
 #[cfg(test)]

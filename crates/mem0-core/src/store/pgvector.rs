@@ -184,12 +184,18 @@ async fn remove_orphan_entities(executor: &mut sqlx::PgConnection, entity_ids: &
     if entity_ids.is_empty() {
         return Ok(());
     }
+    // Lock the candidates first: a concurrent link to one of them holds a key-share lock until it
+    // commits, and the delete below (a new statement, so a new snapshot) then sees that link.
+    sqlx::query("select id from memories_entities where id = any($1) order by id for update")
+        .bind(entity_ids)
+        .fetch_all(&mut *executor)
+        .await?;
     sqlx::query(
         "delete from memories_entities e where e.id = any($1) \
          and not exists (select 1 from memory_entity_links l where l.entity_id = e.id)",
     )
     .bind(entity_ids)
-    .execute(executor)
+    .execute(&mut *executor)
     .await?;
     Ok(())
 }
@@ -247,6 +253,9 @@ impl PgVectorStore {
     /// # Errors
     /// Store errors; the first one stops the load.
     pub async fn import(&self, records: &[MemoryRecord], maintenance_work_mem: &str) -> Result<ImportReport> {
+        if maintenance_work_mem.is_empty() || !maintenance_work_mem.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(Error::Config(format!("invalid maintenance_work_mem {maintenance_work_mem}")));
+        }
         let mut connection = self.pool.acquire().await?;
         sqlx::query("drop index if exists memories_embedding_hnsw").execute(&mut *connection).await?;
         let started = std::time::Instant::now();
@@ -270,10 +279,12 @@ impl PgVectorStore {
         }
         let load = started.elapsed();
         let started = std::time::Instant::now();
-        if !maintenance_work_mem.chars().all(|c| c.is_ascii_alphanumeric()) {
-            return Err(Error::Config(format!("invalid maintenance_work_mem {maintenance_work_mem}")));
+        // A refused setting must not leave the table without its index: build with the default.
+        if let Err(error) =
+            sqlx::query(&format!("set maintenance_work_mem = '{maintenance_work_mem}'")).execute(&mut *connection).await
+        {
+            tracing::warn!(%error, "maintenance_work_mem refused; building the index with the server default");
         }
-        sqlx::query(&format!("set maintenance_work_mem = '{maintenance_work_mem}'")).execute(&mut *connection).await?;
         sqlx::query(
             "create index if not exists memories_embedding_hnsw on memories using hnsw (embedding vector_cosine_ops)",
         )
@@ -425,7 +436,8 @@ impl VectorStore for PgVectorStore {
     async fn update(&self, record: &MemoryRecord) -> Result<bool> {
         let result = sqlx::query(
             "update memories set memory = $1, hash = $2, metadata = $3, created_at = $4, updated_at = $5, \
-             expiration_date = $6, embedding = $7, text_lemmatized = $10, doc_len = $11 where tenant = $8 and id = $9",
+             expiration_date = $6, embedding = $7, text_lemmatized = $10, doc_len = $11, entities = $12 \
+             where tenant = $8 and id = $9",
         )
         .bind(&record.memory)
         .bind(&record.hash)
@@ -438,6 +450,7 @@ impl VectorStore for PgVectorStore {
         .bind(record.id)
         .bind(&record.text_lemmatized)
         .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
+        .bind(&record.entities)
         .execute(&self.pool)
         .await?;
         Ok(result.rows_affected() == 1)
@@ -497,7 +510,7 @@ impl VectorStore for PgVectorStore {
         for link in links {
             let vector = Vector::from(link.embedding.clone());
             let same_name: Option<Uuid> = sqlx::query_scalar(&format!(
-                "select id from memories_entities where {SCOPE} and normalized = $5 limit 1"
+                "select id from memories_entities where {SCOPE} and normalized = $5 limit 1 for key share"
             ))
             .bind(&link.tenant)
             .bind(&link.scope.user_id)
@@ -511,7 +524,7 @@ impl VectorStore for PgVectorStore {
                 None => {
                     let nearest = sqlx::query(&format!(
                         "select id, (embedding <=> $5)::float8 as distance from memories_entities where {SCOPE} \
-                         order by embedding <=> $5 limit 1"
+                         order by embedding <=> $5 limit 1 for key share"
                     ))
                     .bind(&link.tenant)
                     .bind(&link.scope.user_id)

@@ -215,6 +215,10 @@ impl SqliteStore {
     }
 }
 
+/// Write transactions start with `BEGIN IMMEDIATE`: a deferred transaction that reads first and
+/// then writes fails at once with SQLITE_BUSY when another writer got there in between (the busy
+/// timeout does not apply to that upgrade); an immediate one waits for the write lock instead.
+///
 /// Opens (creating if needed) a SQLite database in WAL mode with a small pool and applies `schema`.
 /// Shared by the embedded store and the history volume.
 ///
@@ -495,7 +499,7 @@ impl VectorStore for SqliteStore {
             }
             Some(_) => Ok(()),
             None => {
-                let mut transaction = self.pool.begin().await?;
+                let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
                 sqlx::query(
                     "insert into store_meta (key, value) values ('embedding_dimension', ?), ('embedding_model', ?)",
                 )
@@ -510,7 +514,7 @@ impl VectorStore for SqliteStore {
     }
 
     async fn insert(&self, records: &[MemoryRecord]) -> Result<()> {
-        let mut transaction = self.pool.begin().await?;
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         for record in records {
             insert_one(&mut transaction, record).await?;
         }
@@ -530,10 +534,11 @@ impl VectorStore for SqliteStore {
 
     async fn update(&self, record: &MemoryRecord) -> Result<bool> {
         let metadata = serde_json::Value::Object(record.metadata.clone()).to_string();
-        let mut transaction = self.pool.begin().await?;
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let result = sqlx::query(
             "update memories set memory = ?, hash = ?, metadata = ?, created_at = ?, updated_at = ?, \
-             expiration_date = ?, text_lemmatized = ?, doc_len = ?, embedding = ? where tenant = ? and id = ?",
+             expiration_date = ?, text_lemmatized = ?, doc_len = ?, entities = ?, embedding = ? \
+             where tenant = ? and id = ?",
         )
         .bind(&record.memory)
         .bind(&record.hash)
@@ -543,6 +548,7 @@ impl VectorStore for SqliteStore {
         .bind(record.expiration_date.map(|date| date.format("%Y-%m-%d").to_string()))
         .bind(&record.text_lemmatized)
         .bind(doc_len(&record.text_lemmatized))
+        .bind(serde_json::to_string(&record.entities).unwrap_or_else(|_| "[]".to_owned()))
         .bind(encode_embedding(&record.embedding))
         .bind(&record.tenant)
         .bind(record.id.to_string())
@@ -560,7 +566,7 @@ impl VectorStore for SqliteStore {
     }
 
     async fn delete(&self, tenant: &str, ids: &[Uuid]) -> Result<u64> {
-        let mut transaction = self.pool.begin().await?;
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let id_texts: Vec<String> = ids.iter().map(Uuid::to_string).collect();
         let entities = linked_entities(&mut transaction, &id_texts).await?;
         let mut deleted = 0;
@@ -582,7 +588,7 @@ impl VectorStore for SqliteStore {
         let query = ScopedQuery { show_expired: true, ..query.clone() };
         let Clause { sql, binds } = where_clause(&query);
         let statement = format!("delete from memories where {sql} returning {COLUMNS}");
-        let mut transaction = self.pool.begin().await?;
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let linked = format!(
             "select distinct entity_id from memory_entity_links where memory_id in (select id from memories where {sql})"
         );
@@ -601,7 +607,7 @@ impl VectorStore for SqliteStore {
     }
 
     async fn link_entities(&self, links: &[EntityLink], replace: &[Uuid], merge_threshold: f32) -> Result<()> {
-        let mut transaction = self.pool.begin().await?;
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let replaced: Vec<String> = replace.iter().map(Uuid::to_string).collect();
         let previous = linked_entities(&mut transaction, &replaced).await?;
         for id in &replaced {
@@ -885,7 +891,7 @@ impl VectorStore for SqliteStore {
     }
 
     async fn reset(&self, tenant: Option<&str>) -> Result<()> {
-        let mut transaction = self.pool.begin().await?;
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         match tenant {
             Some(tenant) => {
                 sqlx::query("delete from memory_terms where tenant = ?")

@@ -102,6 +102,7 @@ impl OpenAiEmbedder {
     /// The classified provider error when the probe fails, or a config error for a bad URL.
     pub async fn connect(config: OpenAiEmbedderConfig) -> Result<Self> {
         let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(config.timeout_secs.max(1)))
             .build()
@@ -203,7 +204,8 @@ fn classify_status(status: StatusCode) -> ProviderErrorKind {
 
 fn classify_transport_error(error: reqwest::Error) -> ProviderError {
     let kind = if error.is_timeout() { ProviderErrorKind::Timeout } else { ProviderErrorKind::Unavailable };
-    // reqwest's Display can include the URL but never headers, so the key cannot leak here.
+    // Without the URL (hosts stay private); headers, and so the key, never appear.
+    let error = error.without_url();
     ProviderError::new(kind, PROVIDER, format!("embeddings request failed: {error}"))
 }
 

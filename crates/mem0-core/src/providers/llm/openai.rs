@@ -253,7 +253,8 @@ impl OpenAiLlm {
 /// True when a 400 says the server does not take `response_format`.
 fn rejects_json_mode(error: &ProviderError) -> bool {
     let message = error.message.to_ascii_lowercase();
-    error.kind == ProviderErrorKind::BadRequest && (message.contains("response_format") || message.contains("json"))
+    error.kind == ProviderErrorKind::BadRequest
+        && (message.contains("response_format") || message.contains("json mode") || message.contains("json_object"))
 }
 
 #[async_trait]
