@@ -1102,13 +1102,16 @@ impl Memory {
         self.history.append(&entries).await?;
         let ids: Vec<Uuid> = doomed.iter().map(|record| record.id).collect();
         let mut deleted = 0;
+        let mut processed = 0;
         for chunk in ids.chunks(MAX_PAGE_SIZE) {
             match self.store.delete(&caller.tenant, chunk).await {
-                Ok(count) => deleted += count,
+                Ok(count) => {
+                    deleted += count;
+                    processed += chunk.len();
+                }
                 Err(error) => {
                     // Earlier chunks are gone and keep their history rows; the rest are not.
-                    let done = deleted as usize;
-                    let pending: Vec<Uuid> = entry_ids.iter().skip(done).copied().collect();
+                    let pending: Vec<Uuid> = entry_ids.iter().skip(processed).copied().collect();
                     self.undo("delete_all", self.history.remove(&pending).await);
                     return Err(error);
                 }
@@ -1207,6 +1210,42 @@ impl Memory {
             None
         };
         Ok(ScopePage { items, next })
+    }
+
+    /// Builds the keyword index and entity links of memories written before they existed (or
+    /// restored from a dump without them), in batches of `batch`; returns how many were
+    /// analysed. Safe to run while serving, and again: analysed memories are skipped.
+    ///
+    /// # Errors
+    /// Store and embedder errors; memories done before the error stay done.
+    pub async fn reindex(&self, batch: usize) -> Result<usize> {
+        let mut after = None;
+        let mut analysed = 0;
+        loop {
+            let records = self.store.unanalysed(after, batch.clamp(1, MAX_PAGE_SIZE)).await?;
+            let Some(last) = records.last() else {
+                return Ok(analysed);
+            };
+            after = Some(last.id);
+            let mut updated: Vec<MemoryRecord> = Vec::with_capacity(records.len());
+            for mut record in records {
+                record.text_lemmatized = analysis::lemmatize(&record.memory);
+                if record.entities.is_empty() {
+                    record.entities = entity_names(&record.memory);
+                }
+                updated.push(record);
+            }
+            let names: Vec<Vec<String>> = updated.iter().map(|record| record.entities.clone()).collect();
+            let (_, name_vectors) = self.embed_with_entities(&[], &names).await?;
+            let ids: Vec<Uuid> = updated.iter().map(|record| record.id).collect();
+            for record in &updated {
+                self.store.update(record).await?;
+            }
+            let links = entity_links(&updated, &name_vectors, "proper");
+            self.store.link_entities(&links, &ids, self.retrieval.entity_merge_threshold).await?;
+            analysed += updated.len();
+            info!(analysed, "reindexed memories");
+        }
     }
 
     /// Checks that both stores answer.

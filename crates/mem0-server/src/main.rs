@@ -1,4 +1,4 @@
-//! mem0-server command line: `serve` (default), `openapi`, `check-config`.
+//! mem0-server command line: `serve` (default), `openapi`, `check-config`, `migrate`, `reindex`.
 
 use std::path::PathBuf;
 
@@ -26,6 +26,8 @@ enum Command {
     CheckConfig,
     /// Apply the Postgres migrations (memory.vector_store.pgvector.url or DATABASE_URL) and exit.
     Migrate,
+    /// Build the keyword index and entity links of memories written before they existed, and exit.
+    Reindex,
 }
 
 #[tokio::main]
@@ -53,6 +55,16 @@ async fn main() -> anyhow::Result<()> {
                 mem0_core::store::PgVectorStore::connect(secrecy::ExposeSecret::expose_secret(url), &config).await?;
             store.migrate().await?;
             println!("migrations applied");
+            Ok(())
+        }
+        Command::Reindex => {
+            let settings = Settings::load(cli.config.as_deref())?;
+            init_tracing(settings.log.format);
+            let memory = mem0_core::Memory::from_config(&settings.memory)
+                .await
+                .map_err(|error| anyhow::anyhow!("cannot open the stores: {error}"))?;
+            let analysed = memory.reindex(500).await?;
+            println!("reindexed {analysed} memories");
             Ok(())
         }
         Command::Serve => serve(cli.config).await,

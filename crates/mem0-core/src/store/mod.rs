@@ -357,6 +357,10 @@ pub trait VectorStore: Debug + Send + Sync + 'static {
 
     /// Checks the store answers.
     async fn ping(&self) -> Result<()>;
+
+    /// Memories of every tenant without analysed text (written before the keyword index existed,
+    /// or analysing to no terms), by id after `after`, at most `limit`.
+    async fn unanalysed(&self, after: Option<Uuid>, limit: usize) -> Result<Vec<MemoryRecord>>;
 }
 
 #[cfg(test)]

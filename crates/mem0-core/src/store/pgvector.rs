@@ -804,6 +804,16 @@ impl VectorStore for PgVectorStore {
         Ok(())
     }
 
+    async fn unanalysed(&self, after: Option<Uuid>, limit: usize) -> Result<Vec<MemoryRecord>> {
+        let rows =
+            sqlx::query(&format!("select {COLUMNS} from memories where doc_len = 0 and id > $1 order by id limit $2"))
+                .bind(after.unwrap_or(Uuid::nil()))
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter().map(row_to_record).collect()
+    }
+
     async fn ping(&self) -> Result<()> {
         sqlx::query_scalar::<_, i32>("select 1").fetch_one(&self.pool).await?;
         Ok(())

@@ -916,6 +916,16 @@ impl VectorStore for SqliteStore {
         Ok(())
     }
 
+    async fn unanalysed(&self, after: Option<Uuid>, limit: usize) -> Result<Vec<MemoryRecord>> {
+        let rows =
+            sqlx::query(&format!("select {COLUMNS} from memories where doc_len = 0 and id > ? order by id limit ?"))
+                .bind(after.map(|id| id.to_string()).unwrap_or_default())
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter().map(row_to_record).collect()
+    }
+
     async fn ping(&self) -> Result<()> {
         sqlx::query_scalar::<_, i64>("select 1").fetch_one(&self.pool).await?;
         Ok(())
