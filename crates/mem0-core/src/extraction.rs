@@ -257,10 +257,13 @@ pub fn parse_json_lenient(reply: &str) -> Result<Value, String> {
     if let Ok(value) = serde_json::from_str::<Value>(candidate) {
         return Ok(value);
     }
-    let trailing_commas = Regex::new(r",(\s*[}\]])").map_err(|error| error.to_string())?;
-    let repaired = trailing_commas.replace_all(candidate, "$1");
+    let repaired = TRAILING_COMMAS.replace_all(candidate, "$1");
     serde_json::from_str::<Value>(&repaired).map_err(|error| format!("invalid JSON: {error}"))
 }
+
+/// A comma right before a closing bracket or brace (compiled once).
+static TRAILING_COMMAS: std::sync::LazyLock<Regex> =
+    std::sync::LazyLock::new(|| Regex::new(r",(\s*[}\]])").expect("valid trailing-comma pattern"));
 
 fn outermost_json(text: &str) -> Option<&str> {
     let object = text.find('{').zip(text.rfind('}'));

@@ -21,7 +21,7 @@ use crate::extraction::{self, ExtractionInput, PromptMessage};
 use crate::filter::{Condition, Field, Filter, Operand, Operator, Scalar, TextField};
 use crate::history::{BufferedMessages, HistoryStore};
 use crate::providers::embedder::Embedder;
-use crate::providers::llm::{ChatMessage, Llm, LlmRequest, TokenUsage};
+use crate::providers::llm::{ChatMessage, Llm, LlmRequest, LlmResponse, TokenUsage};
 use crate::providers::reranker::Reranker;
 use crate::retrieval::{self, Bm25, EntityScores, RetrievalSettings, ScoreExplanation, MAX_QUERY_TERMS};
 use crate::scope::{Caller, Role, Scope};
@@ -484,14 +484,7 @@ impl Memory {
             ],
             json: true,
         };
-        let response = llm.complete(&llm_request).await?;
-        info!(
-            provider = llm.provider(),
-            model = llm.model(),
-            prompt_tokens = response.usage.prompt_tokens,
-            completion_tokens = response.usage.completion_tokens,
-            "extraction call"
-        );
+        let response = complete_logged(llm.as_ref(), &llm_request, "extraction").await?;
         let facts = match extraction::parse_facts(&response.text) {
             Ok(facts) => facts,
             Err(reason) => {
@@ -610,14 +603,7 @@ impl Memory {
             ],
             json: false,
         };
-        let response = llm.complete(&llm_request).await?;
-        info!(
-            provider = llm.provider(),
-            model = llm.model(),
-            prompt_tokens = response.usage.prompt_tokens,
-            completion_tokens = response.usage.completion_tokens,
-            "procedural memory call"
-        );
+        let response = complete_logged(llm.as_ref(), &llm_request, "procedural memory").await?;
         let summary = extraction::clean_summary(&response.text);
         if summary.is_empty() {
             return Err(ProviderError::new(
@@ -1274,6 +1260,20 @@ impl Memory {
             warn!(operation, %error, "could not undo a memory write after a history failure");
         }
     }
+}
+
+/// Runs one LLM call and logs its token usage (`purpose`: what the call was for).
+async fn complete_logged(llm: &dyn Llm, request: &LlmRequest, purpose: &'static str) -> Result<LlmResponse> {
+    let response = llm.complete(request).await?;
+    info!(
+        purpose,
+        provider = llm.provider(),
+        model = llm.model(),
+        prompt_tokens = response.usage.prompt_tokens,
+        completion_tokens = response.usage.completion_tokens,
+        "llm call"
+    );
+    Ok(response)
 }
 
 /// Named things in a memory text, found without a model (rule-based English, tagged Chinese).

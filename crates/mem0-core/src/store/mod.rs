@@ -187,6 +187,20 @@ pub struct Page {
     pub next: Option<Cursor>,
 }
 
+impl Page {
+    /// A page from up to `page_size + 1` rows read newest first: the extra row only says that
+    /// another page exists.
+    pub(crate) fn from_fetched(mut records: Vec<MemoryRecord>, page_size: usize) -> Self {
+        let next = if records.len() > page_size {
+            records.truncate(page_size);
+            records.last().map(|last| Cursor { created_at: last.created_at, id: last.id })
+        } else {
+            None
+        };
+        Self { records, next }
+    }
+}
+
 /// A memory with its similarity to the query.
 #[derive(Debug, Clone)]
 pub struct ScoredRecord {

@@ -742,14 +742,7 @@ impl VectorStore for PgVectorStore {
         let statement =
             format!("select {COLUMNS} from memories where {sql} order by created_at desc, id desc limit {fetch}");
         let rows = bind_all(sqlx::query(&statement), &binds).fetch_all(&self.pool).await?;
-        let mut records = rows.iter().map(row_to_record).collect::<Result<Vec<_>>>()?;
-        let next = if records.len() > page_size {
-            records.truncate(page_size);
-            records.last().map(|last| Cursor { created_at: last.created_at, id: last.id })
-        } else {
-            None
-        };
-        Ok(Page { records, next })
+        Ok(Page::from_fetched(rows.iter().map(row_to_record).collect::<Result<Vec<_>>>()?, page_size))
     }
 
     async fn scopes(

@@ -457,7 +457,7 @@ async fn write_terms(executor: &mut sqlx::SqliteConnection, record: &MemoryRecor
 /// Min-heap entry keeping the best `limit` candidates.
 struct Candidate {
     score: f32,
-    id: String,
+    id: Uuid,
 }
 
 impl PartialEq for Candidate {
@@ -806,7 +806,7 @@ impl VectorStore for SqliteStore {
             if score < threshold {
                 continue;
             }
-            heap.push(Candidate { score, id: id.to_string() });
+            heap.push(Candidate { score, id: *id });
             if heap.len() > limit {
                 heap.pop();
             }
@@ -815,17 +815,9 @@ impl VectorStore for SqliteStore {
         if best.is_empty() {
             return Ok(Vec::new());
         }
-        let placeholders = vec!["?"; best.len()].join(", ");
-        let statement = format!("select {COLUMNS} from memories where +tenant = ? and id in ({placeholders})");
-        let mut fetch = sqlx::query(&statement).bind(&query.tenant);
-        for candidate in &best {
-            fetch = fetch.bind(candidate.id.as_str());
-        }
-        let mut by_id: HashMap<String, MemoryRecord> = HashMap::with_capacity(best.len());
-        for row in fetch.fetch_all(&self.pool).await? {
-            let record = row_to_record(&row)?;
-            by_id.insert(record.id.to_string(), record);
-        }
+        let ids: Vec<Uuid> = best.iter().map(|candidate| candidate.id).collect();
+        let mut by_id: HashMap<Uuid, MemoryRecord> =
+            self.get_many(&query.tenant, &ids).await?.into_iter().map(|record| (record.id, record)).collect();
         // A row deleted between the two reads is simply left out.
         Ok(best
             .into_iter()
@@ -847,14 +839,7 @@ impl VectorStore for SqliteStore {
         let statement =
             format!("select {COLUMNS} from memories where {sql} order by created_at desc, id desc limit {fetch}");
         let rows = bind_all(sqlx::query(&statement), &binds).fetch_all(&self.pool).await?;
-        let mut records = rows.iter().map(row_to_record).collect::<Result<Vec<_>>>()?;
-        let next = if records.len() > page_size {
-            records.truncate(page_size);
-            records.last().map(|last| Cursor { created_at: last.created_at, id: last.id })
-        } else {
-            None
-        };
-        Ok(Page { records, next })
+        Ok(Page::from_fetched(rows.iter().map(row_to_record).collect::<Result<Vec<_>>>()?, page_size))
     }
 
     async fn scopes(

@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::StatusCode;
+
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
 use super::Embedder;
 use crate::error::{ProviderError, ProviderErrorKind, Result};
+use crate::providers::http::classify_status;
 
 const PROVIDER: &str = "openai-embedder";
 
@@ -190,16 +191,6 @@ fn normalise(mut vector: Vec<f32>) -> Vec<f32> {
         vector.iter_mut().for_each(|value| *value /= norm);
     }
     vector
-}
-
-fn classify_status(status: StatusCode) -> ProviderErrorKind {
-    match status.as_u16() {
-        401 | 403 => ProviderErrorKind::AuthFailed,
-        429 => ProviderErrorKind::RateLimited,
-        408 | 504 => ProviderErrorKind::Timeout,
-        code if code >= 500 => ProviderErrorKind::Unavailable,
-        _ => ProviderErrorKind::BadRequest,
-    }
 }
 
 fn classify_transport_error(error: reqwest::Error) -> ProviderError {

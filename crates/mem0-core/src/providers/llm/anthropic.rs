@@ -6,10 +6,9 @@ use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderValue};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
-use tracing::debug;
 
-use super::{endpoint, ChatRole, Llm, LlmRequest, LlmResponse, TokenUsage};
-use crate::error::{ProviderError, ProviderErrorKind, Result};
+use super::{completion, endpoint, ChatRole, Llm, LlmRequest, LlmResponse, TokenUsage};
+use crate::error::{ProviderError, Result};
 use crate::providers::http::{ProviderHttp, RetryPolicy};
 
 const PROVIDER: &str = "anthropic";
@@ -218,16 +217,7 @@ impl Llm for AnthropicLlm {
             .filter_map(|block| block.text)
             .collect::<Vec<_>>()
             .join("");
-        if text.trim().is_empty() {
-            let reason = response.stop_reason.unwrap_or_else(|| "unknown".to_owned());
-            return Err(ProviderError::new(
-                ProviderErrorKind::BadResponse,
-                PROVIDER,
-                format!("the model returned no text (stop_reason {reason})"),
-            ));
-        }
-        debug!(model = %self.model, prompt_tokens = usage.prompt_tokens, completion_tokens = usage.completion_tokens, "llm call");
-        Ok(LlmResponse { text, usage })
+        completion(PROVIDER, &self.model, text, usage, ("stop_reason", response.stop_reason))
     }
 }
 

@@ -147,6 +147,28 @@ pub fn build_llm(config: &LlmConfig) -> Result<Option<Arc<dyn Llm>>> {
     })
 }
 
+/// The completion of a call, or a bad-response error when the model returned no text; `stop`
+/// is the provider's field naming why it stopped (`finish_reason`, `stop_reason`) and its value.
+fn completion(
+    provider: &'static str,
+    model: &str,
+    text: String,
+    usage: TokenUsage,
+    stop: (&str, Option<String>),
+) -> Result<LlmResponse, ProviderError> {
+    if text.trim().is_empty() {
+        let (field, reason) = stop;
+        let reason = reason.unwrap_or_else(|| "unknown".to_owned());
+        return Err(ProviderError::new(
+            crate::error::ProviderErrorKind::BadResponse,
+            provider,
+            format!("the model returned no text ({field} {reason})"),
+        ));
+    }
+    tracing::debug!(%model, prompt_tokens = usage.prompt_tokens, completion_tokens = usage.completion_tokens, "llm call");
+    Ok(LlmResponse { text, usage })
+}
+
 /// Builds `base/suffix` and checks it is a URL.
 fn endpoint(base_url: &str, suffix: &str) -> Result<String> {
     let url = format!("{}/{suffix}", base_url.trim_end_matches('/'));

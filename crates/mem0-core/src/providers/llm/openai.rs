@@ -9,9 +9,9 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::{debug, warn};
+use tracing::warn;
 
-use super::{endpoint, ChatMessage, Llm, LlmRequest, LlmResponse, TokenUsage};
+use super::{completion, endpoint, ChatMessage, Llm, LlmRequest, LlmResponse, TokenUsage};
 use crate::error::{ProviderError, ProviderErrorKind, Result};
 use crate::providers::embedder::DEFAULT_OPENAI_BASE_URL;
 use crate::providers::http::{ProviderHttp, RetryPolicy};
@@ -290,16 +290,7 @@ impl Llm for OpenAiLlm {
             ProviderError::new(ProviderErrorKind::BadResponse, PROVIDER, "the response has no choices")
         })?;
         let text = choice.message.content.unwrap_or_default();
-        if text.trim().is_empty() {
-            let reason = choice.finish_reason.unwrap_or_else(|| "unknown".to_owned());
-            return Err(ProviderError::new(
-                ProviderErrorKind::BadResponse,
-                PROVIDER,
-                format!("the model returned no text (finish_reason {reason})"),
-            ));
-        }
-        debug!(model = %self.model, prompt_tokens = usage.prompt_tokens, completion_tokens = usage.completion_tokens, "llm call");
-        Ok(LlmResponse { text, usage })
+        completion(PROVIDER, &self.model, text, usage, ("finish_reason", choice.finish_reason))
     }
 }
 
