@@ -2,7 +2,9 @@
 # mem0-server image: release binary, the all-MiniLM-L6-v2 model, non-root, health-checked.
 # Build: docker build -t mem0-rs .      Run the whole stack: docker compose up
 
-FROM rust:1.95-slim-bookworm AS chef
+# The toolchain of rust-toolchain.toml, exactly: a floating tag would make rustup download that
+# toolchain again in every build and invalidate the cached dependency layer.
+FROM rust:1.95.0-slim-bookworm AS chef
 WORKDIR /build
 RUN cargo install cargo-chef --locked --version 0.1.78
 

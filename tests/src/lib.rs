@@ -9,7 +9,7 @@ use mem0_core::history::HistoryStore;
 use mem0_core::providers::embedder::{Embedder, LocalEmbedder};
 use mem0_core::providers::llm::build_llm;
 use mem0_core::providers::reranker::build_reranker;
-use mem0_core::store::SqliteStore;
+use mem0_core::store::{PgVectorConfig, PgVectorStore, SqliteStore, VectorStore};
 use mem0_core::Memory;
 use mem0_server::config::Settings;
 use serde_json::Value;
@@ -46,6 +46,35 @@ pub fn test_settings() -> Settings {
     Settings::load_with_env(None, environment, |_| None).expect("default settings")
 }
 
+/// Which vector store a test server runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    /// The embedded SQLite store in the server's temp dir.
+    Sqlite,
+    /// Postgres + pgvector: a fresh database in the test Postgres (`DATABASE_URL`).
+    Pgvector,
+}
+
+impl StoreKind {
+    /// Both stores, for tests that must hold on each.
+    pub const ALL: [StoreKind; 2] = [StoreKind::Sqlite, StoreKind::Pgvector];
+}
+
+/// Creates an empty database in the test Postgres and returns its URL.
+///
+/// # Panics
+/// When `DATABASE_URL` is unset (run `scripts/test.sh`, which starts a Postgres) or unreachable.
+pub async fn fresh_database() -> String {
+    let admin_url = std::env::var("DATABASE_URL")
+        .expect("DATABASE_URL must point at a Postgres with pgvector: run scripts/test.sh, which starts one");
+    let name = format!("mem0_test_{}", uuid::Uuid::new_v4().simple());
+    let admin = sqlx::PgPool::connect(&admin_url).await.expect("connect to the test postgres");
+    sqlx::query(&format!("create database {name}")).execute(&admin).await.expect("create database");
+    admin.close().await;
+    let (base, _) = admin_url.rsplit_once('/').expect("url with a database");
+    format!("{base}/{name}")
+}
+
 /// A running server and what a test needs to talk to it.
 pub struct TestServer {
     /// `http://127.0.0.1:PORT`.
@@ -54,6 +83,9 @@ pub struct TestServer {
     pub client: reqwest::Client,
     /// Where the SQLite files live.
     pub data_dir: PathBuf,
+    request_log: mem0_server::request_log::RequestLogWriter,
+    /// The Postgres database of a pgvector server.
+    pub database_url: Option<String>,
     _dir: tempfile::TempDir,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -74,21 +106,38 @@ impl TestServer {
 
     /// Starts a server with `settings` (store paths are replaced by a temp dir; the LLM is built
     /// from `settings.memory.llm`) and `embedder`.
-    pub async fn start_with(mut settings: Settings, embedder: Arc<dyn Embedder>) -> Self {
+    pub async fn start_with(settings: Settings, embedder: Arc<dyn Embedder>) -> Self {
+        Self::start_on(StoreKind::Sqlite, settings, embedder).await
+    }
+
+    /// Like [`TestServer::start_with`], on the given vector store (pgvector: a fresh database in
+    /// the test Postgres).
+    pub async fn start_on(kind: StoreKind, mut settings: Settings, embedder: Arc<dyn Embedder>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let data_dir = dir.path().to_path_buf();
         settings.configure.state_path = data_dir.join("runtime-config.json");
-        let store = SqliteStore::open(&data_dir.join("memories.db")).await.expect("open store");
+        let database_url = match kind {
+            StoreKind::Sqlite => None,
+            StoreKind::Pgvector => Some(fresh_database().await),
+        };
+        let store: Arc<dyn VectorStore> = match &database_url {
+            None => Arc::new(SqliteStore::open(&data_dir.join("memories.db")).await.expect("open store")),
+            Some(url) => {
+                let config = PgVectorConfig { max_connections: 4, ..PgVectorConfig::default() };
+                Arc::new(PgVectorStore::connect(url, &config).await.expect("connect to the test postgres"))
+            }
+        };
         let history = HistoryStore::open(&data_dir.join("history.db")).await.expect("open history");
         let llm = build_llm(&settings.memory.llm).expect("llm client");
         let reranker = build_reranker(&settings.memory.reranker, llm.as_ref()).expect("reranker");
-        let memory = Memory::new(Arc::new(store), history, embedder)
+        let memory = Memory::new(store, history, embedder)
             .await
             .expect("memory service")
             .with_llm(llm, settings.memory.extraction.clone())
             .with_retrieval(settings.memory.retrieval)
             .with_reranker(reranker, settings.memory.reranker.candidates);
         let state = mem0_server::assemble_state(memory, settings).await.expect("server state");
+        let request_log = state.request_log.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -98,7 +147,21 @@ impl TestServer {
             })
             .await;
         });
-        Self { base, client: reqwest::Client::new(), data_dir, _dir: dir, shutdown: Some(shutdown) }
+        Self {
+            base,
+            client: reqwest::Client::new(),
+            data_dir,
+            request_log,
+            database_url,
+            _dir: dir,
+            shutdown: Some(shutdown),
+        }
+    }
+
+    /// Waits until the request log holds every request answered so far (it is written in the
+    /// background; an entry is queued before its response is sent).
+    pub async fn flush_request_log(&self) {
+        self.request_log.flush().await;
     }
 
     /// Sends a request and returns status, headers and JSON body (`Value::Null` when not JSON).

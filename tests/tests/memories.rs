@@ -119,12 +119,18 @@ async fn add_rejects_bad_input_naming_the_field() {
     let reply = server.post("/memories", json!({"messages": too_many, "user_id": "u", "infer": false})).await;
     reply.assert_error(400, "validation_failed");
 
-    // Wrong shapes are JSON errors that say what is wrong.
-    let reply = server.post("/memories", json!({"user_id": "u"})).await;
-    let message = reply.assert_error(400, "invalid_json");
-    assert!(message.contains("messages"), "{message}");
-    let reply = server.post("/memories", json!({"messages": "hi", "user_id": "u"})).await;
-    reply.assert_error(400, "invalid_json");
+    // Wrong shapes are validation errors naming the field, like wrong values.
+    for (body, field) in [
+        (json!({"user_id": "u"}), "messages"),
+        (json!({"messages": "hi", "user_id": "u"}), "messages"),
+        (json!({"messages": [{"content": "x"}], "user_id": "u"}), "messages[0].role"),
+        (json!({"messages": message, "user_id": 7}), "user_id"),
+        (json!({"messages": message, "user_id": "u", "infer": "no"}), "infer"),
+    ] {
+        let reply = server.post("/memories", body.clone()).await;
+        let message = reply.assert_error(400, "validation_failed");
+        assert_eq!(reply.body["details"]["field"], field, "{body}: {message}");
+    }
 
     // Nothing was stored by any of the rejected calls.
     assert!(server.list_texts("user_id=u").await.is_empty());
@@ -348,4 +354,60 @@ async fn health_and_ready() {
     assert_eq!((reply.status, reply.body["status"].as_str()), (200, Some("ok")));
     let reply = server.get("/ready").await;
     assert_eq!((reply.status, reply.body["status"].as_str()), (200, Some("ready")));
+}
+
+/// U+0000 is refused with 400 naming the field on both stores (Postgres cannot store it, and the
+/// stores must behave the same); nothing is written.
+#[tokio::test]
+async fn nul_characters_are_refused_on_both_stores() {
+    for kind in mem0_http_tests::StoreKind::ALL {
+        let server =
+            TestServer::start_on(kind, mem0_http_tests::test_settings(), mem0_http_tests::local_embedder().await).await;
+        let id = server.add_texts("u", &["a clean memory"], json!({})).await.remove(0);
+        let add = |message: serde_json::Value, extra: serde_json::Value| {
+            let mut body = json!({"messages": [message], "user_id": "u", "infer": false});
+            for (key, value) in extra.as_object().expect("object") {
+                body[key] = value.clone();
+            }
+            body
+        };
+        let nul = "before\u{0}after";
+        let adds = [
+            (add(json!({"role": "user", "content": nul}), json!({})), "messages[0].content"),
+            (
+                add(json!({"role": "user", "content": [{"type": "text", "text": nul}]}), json!({})),
+                "messages[0].content",
+            ),
+            (add(json!({"role": "user", "content": "x", "name": nul}), json!({})), "messages[0].name"),
+            (add(json!({"role": "user", "content": "x"}), json!({"metadata": {nul: 1}})), "metadata"),
+            (add(json!({"role": "user", "content": "x"}), json!({"metadata": {"k": nul}})), "metadata"),
+            (add(json!({"role": "user", "content": "x"}), json!({"metadata": {"k": [{"deep": nul}]}})), "metadata"),
+        ];
+        for (body, field) in adds {
+            let reply = server.post("/memories", body.clone()).await;
+            reply.assert_error(400, "validation_failed");
+            assert_eq!(reply.body["details"]["field"], field, "{kind:?} {body}");
+        }
+        for (body, field) in [(json!({"text": nul}), "text"), (json!({"metadata": {"k": nul}}), "metadata")] {
+            let reply = server.put(&format!("/memories/{id}"), body.clone()).await;
+            reply.assert_error(400, "validation_failed");
+            assert_eq!(reply.body["details"]["field"], field, "{kind:?} {body}");
+        }
+        for (body, field) in [
+            (json!({"query": nul, "user_id": "u"}), "query"),
+            (json!({"query": "x", "filters": {"user_id": "u", "k": nul}}), "filters"),
+            (json!({"query": "x", "filters": {"user_id": "u", "k": {"in": ["a", nul]}}}), "filters"),
+        ] {
+            let reply = server.post("/search", body.clone()).await;
+            reply.assert_error(400, "validation_failed");
+            assert_eq!(reply.body["details"]["field"], field, "{kind:?} {body}");
+        }
+        let reply = server.get("/memories?user_id=u&filters=%7B%22k%22%3A%22a%5Cu0000b%22%7D").await;
+        reply.assert_error(400, "validation_failed");
+        assert_eq!(reply.body["details"]["field"], "filters");
+        let reply = server.post("/api-keys", json!({"label": nul, "role": "read"})).await;
+        reply.assert_error(400, "validation_failed");
+        assert_eq!(server.list_texts("user_id=u").await, ["a clean memory"], "{kind:?}: nothing was written");
+        assert_eq!(server.get(&format!("/memories/{id}")).await.body["memory"], "a clean memory");
+    }
 }

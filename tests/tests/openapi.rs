@@ -90,6 +90,24 @@ async fn served_document_and_docs_page() {
     assert_eq!(reply.body, generated);
     let docs = server.client.get(format!("{}/docs", server.base)).send().await.expect("docs");
     assert_eq!(docs.status(), 200);
+    let policy = docs.headers()["content-security-policy"].to_str().expect("policy").to_owned();
+    assert!(policy.contains("default-src 'none'") && policy.contains("script-src 'self'"), "{policy}");
     let html = docs.text().await.expect("html");
-    assert!(html.contains("<html") || html.contains("<!doctype") || html.contains("<!DOCTYPE"), "docs page is html");
+    assert!(html.contains("<!doctype html>"), "docs page is html");
+    // Offline: the page and its initializer name no other host; every asset comes from this server.
+    let init = server.client.get(format!("{}/docs/init.js", server.base)).send().await.expect("init");
+    let init = init.text().await.expect("init text");
+    for text in [&html, &init] {
+        assert!(!text.contains("http://") && !text.contains("https://") && !text.contains("//cdn"), "{text}");
+    }
+    assert!(init.contains("validatorUrl: null"), "no validator badge from validator.swagger.io");
+    for (asset, kind, at_least) in
+        [("swagger-ui-bundle.js", "text/javascript", 1_000_000), ("swagger-ui.css", "text/css", 100_000)]
+    {
+        assert!(html.contains(&format!("/docs/{asset}")), "{asset} is referenced");
+        let reply = server.client.get(format!("{}/docs/{asset}", server.base)).send().await.expect("asset");
+        assert_eq!(reply.status(), 200, "{asset}");
+        assert!(reply.headers()["content-type"].to_str().expect("type").starts_with(kind));
+        assert!(reply.bytes().await.expect("bytes").len() > at_least, "{asset} is the real bundle");
+    }
 }

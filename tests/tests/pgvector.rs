@@ -2,18 +2,8 @@
 //! switches it, and the memory API behaves as on the embedded store. Needs the test Postgres
 //! (`DATABASE_URL`, started by `scripts/test.sh`).
 
-use mem0_http_tests::test_settings;
+use mem0_http_tests::{fresh_database, test_settings};
 use serde_json::{json, Value};
-
-async fn fresh_database() -> String {
-    let admin_url = std::env::var("DATABASE_URL")
-        .expect("DATABASE_URL must point at a Postgres with pgvector: run scripts/test.sh, which starts one");
-    let name = format!("mem0_http_{}", uuid::Uuid::new_v4().simple());
-    let admin = sqlx::PgPool::connect(&admin_url).await.expect("connect");
-    sqlx::query(&format!("create database {name}")).execute(&admin).await.expect("create database");
-    let (base, _) = admin_url.rsplit_once('/').expect("url with a database");
-    format!("{base}/{name}")
-}
 
 #[tokio::test]
 async fn the_memory_api_on_pgvector() {
@@ -85,50 +75,64 @@ async fn a_dimension_mismatch_on_pgvector_stops_startup() {
 }
 
 /// A TCP forwarder between the server and Postgres that a test can cut and restore, to make
-/// Postgres "go down" without stopping the shared test database.
+/// Postgres "go down" without stopping the shared test database. A cut returns once every
+/// forwarded connection is closed (explicit signals, no sleeping).
 struct Outage {
     address: std::net::SocketAddr,
     up: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    generation: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    generation: tokio::sync::watch::Sender<u64>,
+    live: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    closed: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl Outage {
     async fn start(upstream: String) -> Self {
-        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
         use std::sync::Arc;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let address = listener.local_addr().expect("address");
         let up = Arc::new(AtomicBool::new(true));
-        let generation = Arc::new(AtomicU64::new(0));
-        let (accept_up, accept_generation) = (Arc::clone(&up), Arc::clone(&generation));
+        let (generation, _) = tokio::sync::watch::channel(0_u64);
+        let live = Arc::new(AtomicUsize::new(0));
+        let closed = Arc::new(tokio::sync::Notify::new());
+        let (accept_up, accept_generation) = (Arc::clone(&up), generation.clone());
+        let (accept_live, accept_closed) = (Arc::clone(&live), Arc::clone(&closed));
         tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
                 if !accept_up.load(Ordering::SeqCst) {
                     continue; // dropped: connection refused in effect
                 }
                 let upstream = upstream.clone();
-                let born = accept_generation.load(Ordering::SeqCst);
-                let watch_generation = Arc::clone(&accept_generation);
+                let mut cut = accept_generation.subscribe();
+                cut.mark_unchanged();
+                accept_live.fetch_add(1, Ordering::SeqCst);
+                let (live, closed) = (Arc::clone(&accept_live), Arc::clone(&accept_closed));
                 tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await else { return };
-                    let copy = tokio::io::copy_bidirectional(&mut inbound, &mut outbound);
-                    let cut = async {
-                        while watch_generation.load(Ordering::SeqCst) == born {
-                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                        }
-                    };
-                    tokio::select! { _ = copy => {}, () = cut => {} }
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
+                        let copy = tokio::io::copy_bidirectional(&mut inbound, &mut outbound);
+                        tokio::select! { _ = copy => {}, _ = cut.changed() => {} }
+                    }
+                    drop(inbound);
+                    live.fetch_sub(1, Ordering::SeqCst);
+                    closed.notify_waiters();
                 });
             }
         });
-        Self { address, up, generation }
+        Self { address, up, generation, live, closed }
     }
 
-    /// Refuses new connections and closes open ones (their tasks notice within 20 ms).
+    /// Refuses new connections and closes open ones; returns when they are all closed.
     async fn cut(&self) {
-        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
-        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        use std::sync::atomic::Ordering;
+        self.up.store(false, Ordering::SeqCst);
+        self.generation.send_modify(|generation| *generation += 1);
+        loop {
+            let closed = self.closed.notified();
+            if self.live.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            closed.await;
+        }
     }
 
     fn restore(&self) {
@@ -176,17 +180,85 @@ async fn postgres_outage_is_503_and_recovers_without_restart() {
     assert!(failed.headers().contains_key("retry-after"));
 
     outage.restore();
-    let mut recovered = false;
-    for _ in 0..50 {
-        if client.get(format!("{base}/ready")).send().await.expect("ready").status() == 200 {
-            recovered = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(recovered, "ready again once postgres is back, without a restart");
+    let ready = client.get(format!("{base}/ready")).send().await.expect("ready");
+    assert_eq!(ready.status(), 200, "ready again once postgres is back, without a restart");
     assert_eq!(add().await.expect("add").status(), 200);
     let listed: Value =
         client.get(format!("{base}/memories?user_id=u")).send().await.expect("list").json().await.expect("json");
     assert_eq!(listed["results"].as_array().map(Vec::len), Some(2), "the failed add left nothing behind: {listed}");
+}
+
+/// Clients that give up mid-request (hundreds of reads and writes cut off at random points) leave
+/// nothing half-done on either store: no Postgres backend idle in a transaction, no "transaction
+/// in progress" warnings in the server log, every later request succeeds, and every memory that
+/// was written has its history.
+#[tokio::test]
+async fn requests_cut_off_mid_flight_leave_nothing_half_done() {
+    use mem0_http_tests::{local_embedder, StoreKind, TestServer};
+    let log = std::env::var("MEM0_PG_DATA").ok().map(|dir| std::path::PathBuf::from(dir).join("server.log"));
+    let warnings = || {
+        log.as_ref()
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .map_or(0, |text| text.matches("transaction in progress").count())
+    };
+    let warnings_before = warnings();
+    for kind in StoreKind::ALL {
+        let server = TestServer::start_on(kind, test_settings(), local_embedder().await).await;
+        server.add_texts("u", &["a memory to find", "another memory"], json!({})).await;
+        let impatient = reqwest::Client::builder().build().expect("client");
+        let mut cut = Vec::new();
+        for index in 0..300_u64 {
+            let request = if index % 2 == 0 {
+                impatient.post(format!("{}/search", server.base)).json(&json!({"query": "memory", "user_id": "u"}))
+            } else {
+                let text = format!("written by impatient client {index}");
+                impatient
+                    .post(format!("{}/memories", server.base))
+                    .json(&json!({"messages": [{"role": "user", "content": text}], "user_id": "u", "infer": false}))
+            };
+            // Give up after 0 to 29 ms: before, during and after the store work.
+            let patience = std::time::Duration::from_millis(index % 30);
+            cut.push(tokio::spawn(async move { tokio::time::timeout(patience, request.send()).await }));
+        }
+        for task in cut {
+            let _ = task.await.expect("task");
+        }
+        // Every later request succeeds.
+        for _ in 0..20 {
+            assert_eq!(server.post("/search", json!({"query": "memory", "user_id": "u"})).await.status, 200);
+            server.add_texts("u", &["written by a patient client"], json!({})).await;
+        }
+        // Writes the server finished have their history, whatever the client saw.
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = server
+                .get(&format!(
+                    "/memories?user_id=u&page_size=1000{}",
+                    cursor.map(|c| format!("&cursor={c}")).unwrap_or_default()
+                ))
+                .await;
+            for item in page.body["results"].as_array().expect("results") {
+                let id = item["id"].as_str().expect("id");
+                let history = server.get(&format!("/memories/{id}/history")).await;
+                assert_eq!(history.body[0]["event"], "ADD", "{kind:?}: {id} has its ADD: {}", history.body);
+            }
+            match page.body["next"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => break,
+            }
+        }
+        if let Some(url) = &server.database_url {
+            let database = url.rsplit('/').next().expect("database name").to_owned();
+            let admin = sqlx::PgPool::connect(&std::env::var("DATABASE_URL").expect("url")).await.expect("admin");
+            let stale: i64 = sqlx::query_scalar(
+                "select count(*) from pg_stat_activity where datname = $1 and state like 'idle in transaction%'",
+            )
+            .bind(&database)
+            .fetch_one(&admin)
+            .await
+            .expect("activity");
+            assert_eq!(stale, 0, "no backend is left inside a transaction");
+        }
+    }
+    assert_eq!(warnings(), warnings_before, "no 'transaction in progress' warnings in the postgres log");
 }

@@ -189,6 +189,15 @@ async fn bad_credentials_are_401_on_every_protected_route() {
     );
     let no_tenant =
         sign(Algorithm::HS256, &json!({"sub": "alice", "aud": "mem0", "iss": "https://id.test", "exp": now() + 600}));
+    // With an issuer and an audience configured, the claims are required, not only checked.
+    let no_issuer = sign(
+        Algorithm::HS256,
+        &json!({"tenant": "acme", "sub": "alice", "roles": ["admin"], "aud": "mem0", "exp": now() + 600}),
+    );
+    let no_audience = sign(
+        Algorithm::HS256,
+        &json!({"tenant": "acme", "sub": "alice", "roles": ["admin"], "iss": "https://id.test", "exp": now() + 600}),
+    );
     let unsigned = format!(
         "{}.{}.",
         URL_SAFE_NO_PAD.encode(r#"{"alg":"none","typ":"JWT"}"#),
@@ -219,6 +228,8 @@ async fn bad_credentials_are_401_on_every_protected_route() {
         ("wrong-issuer jwt", As::Bearer(wrong_issuer)),
         ("not-yet-valid jwt", As::Bearer(not_yet)),
         ("jwt without tenant", As::Bearer(no_tenant)),
+        ("jwt without iss", As::Bearer(no_issuer)),
+        ("jwt without aud", As::Bearer(no_audience)),
         ("alg none jwt", As::Bearer(unsigned)),
         ("hs/rs confusion jwt", As::Bearer(confused)),
         ("tampered jwt", As::Bearer(tampered)),
@@ -471,21 +482,15 @@ async fn request_log_records_templates_per_tenant() {
     let server = &world.server;
     let path = format!("/memories/{}", world.alice_memory);
     assert_eq!(call(server, &world.alice_writer, Method::GET, &path, None).await.status, 200);
-    let mut entries = Value::Null;
-    for _ in 0..100 {
-        let reply = call(server, &world.acme_admin, Method::GET, "/requests?limit=200", None).await;
-        assert_eq!(reply.status, 200, "{}", reply.body);
-        if reply.body["results"]
-            .as_array()
-            .is_some_and(|all| all.iter().any(|e| e["route"] == "/memories/{memory_id}" && e["method"] == "GET"))
-        {
-            entries = reply.body;
-            break;
-        }
-        tokio::task::yield_now().await;
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let all = entries["results"].as_array().expect("the GET shows up in the request log");
+    server.flush_request_log().await;
+    let reply = call(server, &world.acme_admin, Method::GET, "/requests?limit=200", None).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let entries = reply.body;
+    let all = entries["results"].as_array().expect("results");
+    assert!(
+        all.iter().any(|e| e["route"] == "/memories/{memory_id}" && e["method"] == "GET"),
+        "the GET shows up in the request log: {entries}"
+    );
     assert!(all.iter().all(|entry| entry["tenant"] == "acme"), "only the caller's tenant: {entries}");
     assert!(!entries.to_string().contains(&world.alice_memory), "raw ids are never logged");
     assert!(all.iter().any(|entry| entry["principal_id"].as_str().is_some_and(|id| id.starts_with("key:"))));
@@ -584,4 +589,181 @@ async fn jwks_keys_are_fetched_and_unknown_kids_refused() {
     // HS256 is not accepted when only a JWKS is configured.
     let hs = As::Bearer(sign(Algorithm::HS256, &json!({"tenant": "acme", "sub": "alice", "exp": now() + 600})));
     add(&server, &hs, "alice", "x").await.assert_error(401, "unauthenticated");
+}
+
+/// An admin key bound to some users manages only keys whose grant lies within its own: it cannot
+/// list, revoke or watch the unrestricted admin or keys of other users.
+#[tokio::test]
+async fn scoped_admins_manage_only_keys_within_their_grant() {
+    let world = world().await;
+    let server = &world.server;
+    let acme_admin = &world.acme_admin;
+    let (scoped, scoped_id) =
+        create_key(server, acme_admin, json!({"label": "alice admin", "role": "admin", "user_ids": ["alice"]})).await;
+    let scoped = As::Key(scoped);
+    let (unrestricted, unrestricted_id) =
+        create_key(server, acme_admin, json!({"label": "tenant admin 2", "role": "admin"})).await;
+    let (bob_key, bob_key_id) =
+        create_key(server, acme_admin, json!({"label": "bob app", "role": "write", "user_ids": ["bob"]})).await;
+    let (both_key, both_key_id) =
+        create_key(server, acme_admin, json!({"label": "alice and bob", "role": "read", "user_ids": ["alice", "bob"]}))
+            .await;
+    let (alice_key, alice_key_id) =
+        create_key(server, acme_admin, json!({"label": "alice reader", "role": "read", "user_ids": ["alice"]})).await;
+
+    let listed = call(server, &scoped, Method::GET, "/api-keys", None).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let ids: Vec<&str> =
+        listed.body["results"].as_array().expect("results").iter().filter_map(|key| key["id"].as_str()).collect();
+    assert!(ids.contains(&alice_key_id.as_str()) && ids.contains(&scoped_id.as_str()), "{ids:?}");
+    for hidden in [&unrestricted_id, &bob_key_id, &both_key_id] {
+        assert!(!ids.contains(&hidden.as_str()), "{hidden} must not be listed: {ids:?}");
+    }
+
+    for outside in [&unrestricted_id, &bob_key_id, &both_key_id] {
+        call(server, &scoped, Method::DELETE, &format!("/api-keys/{outside}"), None)
+            .await
+            .assert_error(404, "api_key_not_found");
+    }
+    for (key, label) in [(&unrestricted, "unrestricted admin"), (&bob_key, "bob key"), (&both_key, "two-user key")] {
+        let reply = call(server, &As::Key(key.clone()), Method::GET, "/memories?user_id=bob", None).await;
+        assert_eq!(reply.status, 200, "{label} still works: {}", reply.body);
+    }
+    assert_eq!(call(server, &scoped, Method::DELETE, &format!("/api-keys/{alice_key_id}"), None).await.status, 200);
+    let reply = call(server, &As::Key(alice_key), Method::GET, "/memories?user_id=alice", None).await;
+    reply.assert_error(401, "unauthenticated");
+
+    // The request log: its own requests and those of keys within its grant, nobody else's.
+    assert_eq!(call(server, &As::Key(bob_key), Method::GET, "/memories?user_id=bob", None).await.status, 200);
+    assert_eq!(call(server, &world.alice_writer, Method::GET, "/memories?user_id=alice", None).await.status, 200);
+    server.flush_request_log().await;
+    let log = call(server, &scoped, Method::GET, "/requests?limit=200", None).await;
+    assert_eq!(log.status, 200, "{}", log.body);
+    let principals: std::collections::HashSet<&str> = log.body["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|entry| entry["principal_id"].as_str())
+        .collect();
+    assert!(principals.contains(format!("key:{scoped_id}").as_str()), "{principals:?}");
+    for hidden in [&unrestricted_id, &bob_key_id, &both_key_id] {
+        assert!(!principals.contains(format!("key:{hidden}").as_str()), "{principals:?}");
+    }
+    assert!(principals.iter().all(|principal| principal.starts_with("key:")), "{principals:?}");
+    // The unrestricted admin still sees everything of its tenant.
+    let full = call(server, acme_admin, Method::GET, "/requests?limit=200", None).await;
+    assert!(full.body.to_string().contains(&format!("key:{bob_key_id}")), "{}", full.body);
+}
+
+/// Local development (authentication disabled) has one implicit caller and nobody to protect
+/// from: a bulk import is not throttled, whatever the budgets say.
+#[tokio::test]
+async fn local_development_is_not_rate_limited() {
+    let mut settings = test_settings();
+    assert!(settings.auth.disabled, "the default is local development");
+    settings.rate_limit.write_per_minute = 2;
+    settings.rate_limit.read_per_minute = 2;
+    settings.rate_limit.open_per_minute = 2;
+    let server = TestServer::start_with(settings, local_embedder().await).await;
+    for index in 0..6 {
+        let reply = add(&server, &As::Nobody, "importer", &format!("imported line {index}")).await;
+        assert_eq!(reply.status, 200, "write {index}: {}", reply.body);
+        assert!(!reply.headers.contains_key("ratelimit-limit"), "no budget is announced");
+        assert_eq!(call(&server, &As::Nobody, Method::GET, "/health", None).await.status, 200);
+        assert_eq!(call(&server, &As::Nobody, Method::GET, "/memories?user_id=importer", None).await.status, 200);
+    }
+}
+
+/// Local development (authentication disabled) answers only loopback host names, so a page on a
+/// rebound DNS name cannot read memories, and refuses cross-site writes, so a page cannot wipe
+/// them with a form or `fetch`.
+#[tokio::test]
+async fn local_development_refuses_rebound_hosts_and_cross_site_writes() {
+    let server = TestServer::start().await;
+    server.add_texts("u", &["a secret worth stealing"], json!({})).await;
+    let port = server.base.rsplit(':').next().expect("port").to_owned();
+    let send = |method: Method, path: &str, headers: &[(&str, String)]| {
+        let mut request = server.client.request(method, format!("{}{path}", server.base));
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        async move { Reply::read_public(request.send().await.expect("send")).await }
+    };
+    let rebound = [("host", format!("rebind.attacker.example:{port}"))];
+    send(Method::GET, "/memories?user_id=u", &rebound).await.assert_error(403, "host_not_allowed");
+    send(Method::POST, "/search", &rebound).await.assert_error(403, "host_not_allowed");
+    for attack in [
+        vec![("origin", "https://attacker.example".to_owned())],
+        vec![("origin", "null".to_owned())],
+        vec![("sec-fetch-site", "cross-site".to_owned())],
+        vec![("content-type", "application/x-www-form-urlencoded".to_owned())],
+        vec![("content-type", "text/plain".to_owned())],
+    ] {
+        send(Method::POST, "/reset?scope=global", &attack).await.assert_error(403, "cross_site_request");
+        send(Method::DELETE, "/memories?user_id=u", &attack).await.assert_error(403, "cross_site_request");
+    }
+    assert_eq!(server.list_texts("user_id=u").await, ["a secret worth stealing"], "nothing was wiped");
+    // Reads from the docs page, same-origin writes, curl and SDKs keep working.
+    let same_origin = [("origin", server.base.clone()), ("sec-fetch-site", "same-origin".to_owned())];
+    assert_eq!(send(Method::GET, "/docs", &[]).await.status, 200);
+    assert_eq!(send(Method::GET, "/memories?user_id=u", &[("host", format!("localhost:{port}"))]).await.status, 200);
+    let reply = server
+        .client
+        .post(format!("{}/memories", server.base))
+        .header("origin", &server.base)
+        .header("sec-fetch-site", "same-origin")
+        .json(&json!({"messages": [{"role": "user", "content": "from the docs page"}], "user_id": "u", "infer": false}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(reply.status(), 200);
+    assert_eq!(send(Method::POST, "/reset", &same_origin).await.status, 200, "same-origin reset works");
+}
+
+/// Slow request bodies neither hold concurrency slots nor starve anybody: `/health`, `/ready` and
+/// other routes keep answering while many connections trickle their bodies, and each slow body
+/// gets 408 once `server.body_read_timeout_secs` has passed.
+#[tokio::test]
+async fn slow_bodies_cannot_starve_the_server() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut settings = test_settings();
+    settings.server.concurrency_limit = 4;
+    settings.server.body_read_timeout_secs = 2;
+    let server = TestServer::start_with(settings, local_embedder().await).await;
+    let address = server.base.trim_start_matches("http://").to_owned();
+    let mut slow = Vec::new();
+    for _ in 0..20 {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.expect("connect");
+        let head = format!(
+            "POST /memories HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\ncontent-length: 200\r\n\r\n{{\"messages\": ["
+        );
+        stream.write_all(head.as_bytes()).await.expect("send head");
+        slow.push(stream);
+    }
+    // Every slow body is now being waited for; the server must still answer at once.
+    let quick = std::time::Duration::from_secs(1);
+    for path in ["/health", "/ready", "/memories?user_id=u"] {
+        let reply = tokio::time::timeout(quick, server.get(path)).await.unwrap_or_else(|_| panic!("{path} starved"));
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+    }
+    let added = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        server.post(
+            "/memories",
+            json!({"messages": [{"role": "user", "content": "not starved"}], "user_id": "u", "infer": false}),
+        ),
+    )
+    .await
+    .expect("a write with a complete body is not starved");
+    assert_eq!(added.status, 200, "{}", added.body);
+    // The slow senders get 408 request_body_timeout (and nothing was stored for them).
+    for mut stream in slow {
+        let mut response = Vec::new();
+        let read = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read_to_end(&mut response)).await;
+        let text = String::from_utf8_lossy(&response);
+        assert!(read.is_ok(), "the slow request was answered: {text}");
+        assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+        assert!(text.contains("request_body_timeout"), "{text}");
+    }
+    assert_eq!(server.list_texts("user_id=u").await, ["not starved"]);
 }

@@ -14,6 +14,8 @@
 //! - `LOCOMO_LIMIT`: only the first N conversations,
 //! - `LOCOMO_WEIGHTS`: hybrid weight triples `semantic,keyword,entity` separated by `;` (one
 //!   hybrid run each; default the configured weights),
+//! - `LOCOMO_THRESHOLD`: the search `threshold` (default the server's default,
+//!   `memory::DEFAULT_THRESHOLD`; `0` ranks every candidate),
 //! - `BENCH_MODEL_DIR`: the MiniLM model (default `models/all-MiniLM-L6-v2`, see `scripts/fetch-model.sh`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -290,7 +292,7 @@ async fn run_mode(
             filter: None,
             query: question.text.clone(),
             top_k: TOP_K,
-            threshold: 0.0,
+            threshold: threshold(),
             show_expired: true,
             mode,
             explain: false,
@@ -308,6 +310,13 @@ async fn run_mode(
     Ok(result)
 }
 
+fn threshold() -> f32 {
+    std::env::var("LOCOMO_THRESHOLD")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(mem0_core::memory::DEFAULT_THRESHOLD)
+}
+
 fn score_row(label: &str, score: &Score) -> String {
     let recalls: Vec<String> = score.recall.iter().map(|sum| format!("{:.3}", score.mean(*sum))).collect();
     format!("| {label} | {} | {} | {:.3} |", score.count, recalls.join(" | "), score.mean(score.mrr))
@@ -316,8 +325,9 @@ fn score_row(label: &str, score: &Score) -> String {
 fn print_mode(result: &ModeResult) {
     let latencies = &result.latencies;
     println!(
-        "\n### {} (top {TOP_K}; search p50 {:.2?}, p95 {:.2?}, n={})\n",
+        "\n### {} (top {TOP_K}, threshold {}; search p50 {:.2?}, p95 {:.2?}, n={})\n",
         result.label,
+        threshold(),
         percentile(latencies, 0.50),
         percentile(latencies, 0.95),
         latencies.len()

@@ -130,6 +130,16 @@ fn validate_ids(field: &str, ids: Option<&[String]>) -> Result<Option<Vec<String
     ids.iter().map(|id| validate_scope_id(field, id)).collect::<Result<Vec<_>>>().map(Some)
 }
 
+/// True when `caller` may see and revoke the key `info`: the global admin any key; a tenant admin
+/// the keys of its tenant whose grant lies within its own (so a key bound to some users never
+/// manages an unrestricted key or one bound to other users).
+fn manages(caller: &Caller, info: &ApiKeyInfo) -> bool {
+    caller.global_admin
+        || (info.tenant == caller.tenant
+            && within(caller.grant.user_ids.as_deref(), info.user_ids.as_deref())
+            && within(caller.grant.agent_ids.as_deref(), info.agent_ids.as_deref()))
+}
+
 /// True when `inner` allows nothing that `outer` does not.
 fn within(outer: Option<&[String]>, inner: Option<&[String]>) -> bool {
     match (outer, inner) {
@@ -187,6 +197,7 @@ impl ApiKeys {
             }
             _ => caller.tenant.clone(),
         };
+        crate::text::reject_nul("label", &new.label)?;
         let label = new.label.trim().to_owned();
         if label.is_empty() || label.len() > 200 {
             return Err(Error::validation("label", "must be 1 to 200 characters"));
@@ -232,7 +243,8 @@ impl ApiKeys {
         Ok(CreatedApiKey { info, key })
     }
 
-    /// Lists the keys of the caller's tenant (every tenant's for the global admin), newest first.
+    /// Lists the keys the caller manages, newest first: those of its tenant whose grant lies
+    /// within its own (every tenant's for the global admin).
     ///
     /// # Errors
     /// [`Error::Forbidden`] unless admin; store errors.
@@ -250,25 +262,34 @@ impl ApiKeys {
             .fetch_all(&self.pool)
             .await?
         };
-        rows.iter().map(row_to_info).collect()
+        let keys = rows.iter().map(row_to_info).collect::<Result<Vec<_>>>()?;
+        Ok(keys.into_iter().filter(|info| manages(caller, info)).collect())
     }
 
-    /// Revokes a key of the caller's tenant (any tenant for the global admin).
+    /// Revokes a key the caller manages (see [`ApiKeys::list`]).
     ///
     /// # Errors
-    /// [`Error::ApiKeyNotFound`] when missing, already revoked or in another tenant.
+    /// [`Error::ApiKeyNotFound`] when missing, already revoked, in another tenant or outside the
+    /// caller's grant (its existence is not revealed).
     pub async fn revoke(&self, caller: &Caller, id: Uuid) -> Result<()> {
         caller.require(Role::Admin)?;
-        let result =
-            sqlx::query("update api_keys set revoked_at = ? where id = ? and revoked_at is null and (tenant = ? or ?)")
-                .bind(Utc::now().timestamp_micros())
-                .bind(id.to_string())
-                .bind(&caller.tenant)
-                .bind(caller.global_admin)
-                .execute(&self.pool)
-                .await?;
+        let not_found = || Error::ApiKeyNotFound { id: id.to_string() };
+        let row = sqlx::query(&format!("select {COLUMNS} from api_keys where id = ? and revoked_at is null"))
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(not_found)?;
+        let info = row_to_info(&row)?;
+        if !manages(caller, &info) {
+            return Err(not_found());
+        }
+        let result = sqlx::query("update api_keys set revoked_at = ? where id = ? and revoked_at is null")
+            .bind(Utc::now().timestamp_micros())
+            .bind(id.to_string())
+            .execute(&self.pool)
+            .await?;
         if result.rows_affected() == 0 {
-            return Err(Error::ApiKeyNotFound { id: id.to_string() });
+            return Err(not_found());
         }
         Ok(())
     }

@@ -11,6 +11,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use crate::scope::Scope;
+use crate::text::strip_nul;
 
 /// The system prompt of fact extraction.
 pub const EXTRACTION_PROMPT: &str = r#"You maintain the long-term memory of an assistant. Read the New Messages and write down the facts worth remembering in later conversations.
@@ -182,7 +183,8 @@ fn fact_from(item: &Value) -> Option<ExtractedFact> {
         }
         _ => return None,
     };
-    let text = one_line(text);
+    // Model output is cleaned rather than refused: a stray U+0000 cannot be stored in Postgres.
+    let text = one_line(&strip_nul(text));
     if text.is_empty() {
         return None;
     }
@@ -194,7 +196,7 @@ fn fact_from(item: &Value) -> Option<ExtractedFact> {
                 values
                     .iter()
                     .filter_map(|value| match value {
-                        Value::String(text) => Some(text.trim().to_owned()),
+                        Value::String(text) => Some(strip_nul(text.trim())),
                         Value::Number(number) => Some(number.to_string()),
                         _ => None,
                     })
@@ -295,7 +297,7 @@ pub fn session_scope(scope: &Scope) -> String {
 
 /// Cleans a procedural summary: wrappers removed, whitespace trimmed.
 pub fn clean_summary(reply: &str) -> String {
-    strip_wrappers(reply).trim().to_owned()
+    strip_nul(strip_wrappers(reply).trim())
 }
 
 #[cfg(test)]

@@ -197,6 +197,7 @@ pub struct TopLevelScope {
 /// # Errors
 /// [`Error::Validation`] (field `filters`, naming the key) or [`Error::UnsupportedOperator`].
 pub fn parse_filters(value: &Value) -> Result<(TopLevelScope, Option<Filter>)> {
+    crate::text::reject_nul_in_json("filters", value)?;
     let Value::Object(object) = value else {
         return Err(Error::validation("filters", "must be a JSON object"));
     };
@@ -225,6 +226,7 @@ pub fn parse_filters(value: &Value) -> Result<(TopLevelScope, Option<Filter>)> {
 /// # Errors
 /// As [`parse_filters`].
 pub fn parse_filter(value: &Value) -> Result<Filter> {
+    crate::text::reject_nul_in_json("filters", value)?;
     let Value::Object(object) = value else {
         return Err(Error::validation("filters", "must be a JSON object"));
     };

@@ -4,13 +4,14 @@
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
 use crate::auth::ApiKeys;
 use crate::error::{Error, Result};
 use crate::scope::Scope;
+use crate::store::JournalEntry;
 use crate::types::{HistoryEvent, HistoryRecord, Message};
 
 const SCHEMA: &str = r"
@@ -60,8 +61,11 @@ create index if not exists request_log_at on request_log (at);
 pub const BUFFER_KEEP: usize = 50;
 
 /// Conversation messages to buffer for a session (the context of later extractions).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BufferedMessages {
+    /// Batch id; message `i` of the batch is stored as `{id}:{i}`, so delivering the batch again
+    /// (after a crash) adds nothing.
+    pub id: Uuid,
     /// Owning tenant.
     pub tenant: String,
     /// Session key (see [`crate::extraction::session_scope`]).
@@ -70,6 +74,62 @@ pub struct BufferedMessages {
     pub at: DateTime<Utc>,
     /// The messages, in order.
     pub messages: Vec<Message>,
+}
+
+/// What a journal entry carries to the history volume (see [`crate::store::JournalEntry`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Pending {
+    /// A history entry, with the tenant and scope its record does not serialise.
+    History {
+        /// The entry.
+        record: Box<HistoryRecord>,
+        /// Its tenant.
+        tenant: String,
+        /// Its scope.
+        scope: Scope,
+    },
+    /// Buffered conversation messages.
+    Messages {
+        /// The batch.
+        batch: BufferedMessages,
+    },
+}
+
+impl Pending {
+    /// The journal entry carrying this, written at `at`.
+    ///
+    /// # Errors
+    /// [`Error::Internal`] when it cannot be serialised.
+    pub fn to_entry(&self, at: DateTime<Utc>) -> Result<JournalEntry> {
+        let payload = serde_json::to_value(self).map_err(|error| Error::Internal(format!("journal entry: {error}")))?;
+        Ok(match self {
+            Self::History { record, tenant, .. } => JournalEntry {
+                id: record.id,
+                tenant: tenant.clone(),
+                memory_id: Some(record.memory_id),
+                created_at: at,
+                payload,
+            },
+            Self::Messages { batch } => {
+                JournalEntry { id: batch.id, tenant: batch.tenant.clone(), memory_id: None, created_at: at, payload }
+            }
+        })
+    }
+
+    /// Reads what a journal entry carries.
+    ///
+    /// # Errors
+    /// [`Error::Internal`] for a payload this version cannot read.
+    pub fn from_entry(entry: &JournalEntry) -> Result<Self> {
+        let mut pending: Self = serde_json::from_value(entry.payload.clone())
+            .map_err(|error| Error::Internal(format!("journal entry {}: {error}", entry.id)))?;
+        if let Self::History { record, tenant, scope } = &mut pending {
+            record.tenant.clone_from(tenant);
+            record.scope = scope.clone();
+        }
+        Ok(pending)
+    }
 }
 
 /// One handled request, as kept in the request log.
@@ -141,26 +201,31 @@ impl HistoryStore {
     }
 
     /// Returns up to `limit` request log entries, newest first, older than `before` (an entry id),
-    /// of `tenant` or of every tenant when `None`.
+    /// of `tenant` or of every tenant when `None`, and only of `principals` when given.
     ///
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn recent_requests(
         &self,
         tenant: Option<&str>,
+        principals: Option<&[String]>,
         before: Option<i64>,
         limit: usize,
     ) -> Result<Vec<RequestLogEntry>> {
-        let rows = sqlx::query(
+        let principal_filter = match principals {
+            Some([]) => return Ok(Vec::new()),
+            Some(list) => format!(" and principal_id in ({})", vec!["?"; list.len()].join(", ")),
+            None => String::new(),
+        };
+        let statement = format!(
             "select id, at, method, route, status, latency_ms, principal_id, tenant from request_log \
-             where (? is null or tenant = ?) and id < ? order by id desc limit ?",
-        )
-        .bind(tenant)
-        .bind(tenant)
-        .bind(before.unwrap_or(i64::MAX))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await?;
+             where (? is null or tenant = ?) and id < ?{principal_filter} order by id desc limit ?"
+        );
+        let mut query = sqlx::query(&statement).bind(tenant).bind(tenant).bind(before.unwrap_or(i64::MAX));
+        for principal in principals.unwrap_or_default() {
+            query = query.bind(principal);
+        }
+        let rows = query.bind(i64::try_from(limit).unwrap_or(i64::MAX)).fetch_all(&self.pool).await?;
         rows.iter()
             .map(|row| {
                 let status: i64 = row.try_get("status")?;
@@ -190,29 +255,18 @@ impl HistoryStore {
         Ok(result.rows_affected())
     }
 
-    /// Appends all entries in one transaction.
+    /// Delivers history entries and buffered conversation messages in one transaction, then
+    /// trims each session's buffer to its newest [`BUFFER_KEEP`] messages. Idempotent: entries
+    /// and messages already delivered (same ids) are left as they are.
     ///
     /// # Errors
     /// [`Error::StoreUnavailable`]; nothing is written then.
-    pub async fn append(&self, records: &[HistoryRecord]) -> Result<()> {
-        self.append_with_messages(records, None).await
-    }
-
-    /// Appends history entries and, when given, buffered conversation messages in one
-    /// transaction, then trims that session's buffer to its newest [`BUFFER_KEEP`] messages.
-    ///
-    /// # Errors
-    /// [`Error::StoreUnavailable`]; nothing is written then.
-    pub async fn append_with_messages(
-        &self,
-        records: &[HistoryRecord],
-        buffered: Option<&BufferedMessages>,
-    ) -> Result<()> {
+    pub async fn deliver(&self, records: &[HistoryRecord], buffered: &[BufferedMessages]) -> Result<()> {
         let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         for record in records {
             sqlx::query(
-                "insert into history (id, tenant, memory_id, user_id, agent_id, run_id, old_memory, new_memory, \
-                 event, created_at, updated_at, is_deleted, actor_id, role) \
+                "insert or ignore into history (id, tenant, memory_id, user_id, agent_id, run_id, old_memory, \
+                 new_memory, event, created_at, updated_at, is_deleted, actor_id, role) \
                  values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(record.id.to_string())
@@ -232,7 +286,7 @@ impl HistoryStore {
             .execute(&mut *transaction)
             .await?;
         }
-        if let Some(buffered) = buffered.filter(|buffered| !buffered.messages.is_empty()) {
+        for buffered in buffered.iter().filter(|buffered| !buffered.messages.is_empty()) {
             // seq continues after the session's last message, so order survives equal timestamps.
             let last: Option<i64> =
                 sqlx::query_scalar("select max(seq) from messages where tenant = ? and session_scope = ?")
@@ -241,13 +295,13 @@ impl HistoryStore {
                     .fetch_one(&mut *transaction)
                     .await?;
             let mut seq = last.unwrap_or(0);
-            for message in &buffered.messages {
+            for (index, message) in buffered.messages.iter().enumerate() {
                 seq += 1;
                 sqlx::query(
-                    "insert into messages (id, tenant, session_scope, role, content, name, created_at, seq) \
+                    "insert or ignore into messages (id, tenant, session_scope, role, content, name, created_at, seq) \
                      values (?, ?, ?, ?, ?, ?, ?, ?)",
                 )
-                .bind(Uuid::now_v7().to_string())
+                .bind(format!("{}:{index}", buffered.id))
                 .bind(&buffered.tenant)
                 .bind(&buffered.session)
                 .bind(&message.role)
@@ -321,19 +375,6 @@ impl HistoryStore {
                 Ok(Message { role: row.try_get("role")?, content: row.try_get("content")?, name: row.try_get("name")? })
             })
             .collect()
-    }
-
-    /// Removes entries by id (used to undo an append whose memory write was rolled back).
-    ///
-    /// # Errors
-    /// [`Error::StoreUnavailable`].
-    pub async fn remove(&self, ids: &[Uuid]) -> Result<()> {
-        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        for id in ids {
-            sqlx::query("delete from history where id = ?").bind(id.to_string()).execute(&mut *transaction).await?;
-        }
-        transaction.commit().await?;
-        Ok(())
     }
 
     /// Returns the entries of one memory of `tenant`, oldest first.

@@ -18,6 +18,7 @@ pub mod providers;
 pub mod retrieval;
 pub mod scope;
 pub mod store;
+pub mod text;
 pub mod types;
 
 pub use config::{HistoryConfig, MemoryConfig, SqliteStoreConfig, VectorStoreConfig, VectorStoreProvider};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use chrono::{DateTime, NaiveDate, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::{debug, info, instrument, warn};
+use tracing::{debug, info, instrument, warn, Instrument as _};
 use uuid::Uuid;
 
 use crate::analysis;
@@ -19,13 +19,16 @@ use crate::entities;
 use crate::error::{Error, ProviderError, ProviderErrorKind, Result};
 use crate::extraction::{self, ExtractionInput, PromptMessage};
 use crate::filter::{Condition, Field, Filter, Operand, Operator, Scalar, TextField};
-use crate::history::{BufferedMessages, HistoryStore};
+use crate::history::{BufferedMessages, HistoryStore, Pending};
 use crate::providers::embedder::Embedder;
 use crate::providers::llm::{ChatMessage, Llm, LlmRequest, LlmResponse, TokenUsage};
 use crate::providers::reranker::Reranker;
 use crate::retrieval::{self, Bm25, EntityScores, RetrievalSettings, ScoreExplanation, MAX_QUERY_TERMS};
 use crate::scope::{Caller, Role, Scope};
-use crate::store::{Cursor, EntityLink, EntityProbe, ScopeCursor, ScopeKind, ScopePage, ScopedQuery, VectorStore};
+use crate::store::{
+    Applied, Cursor, EntityLink, EntityProbe, ScopeCursor, ScopeKind, ScopePage, ScopedQuery, VectorStore, WriteSet,
+};
+use crate::text;
 use crate::types::{memory_hash, HistoryEvent, HistoryRecord, MemoryItem, MemoryRecord, Message, Metadata};
 
 /// Most messages one add call may carry.
@@ -34,6 +37,8 @@ pub const MAX_MESSAGES: usize = 100;
 pub const MAX_TEXT_BYTES: usize = 32 * 1024;
 /// Largest serialised caller metadata, in bytes.
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
+/// Longest speaker name (`messages[].name`, stored as `actor_id`), in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
 /// Longest search query, in bytes.
 pub const MAX_QUERY_BYTES: usize = 8 * 1024;
 /// Upper bound of `top_k` and `page_size`.
@@ -230,7 +235,7 @@ pub struct UpdateRequest {
 }
 
 /// The memory service.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Memory {
     store: Arc<dyn VectorStore>,
     history: HistoryStore,
@@ -243,6 +248,23 @@ pub struct Memory {
     /// Embeddings of entity names seen in queries (names repeat: "Caroline" in every question
     /// about her), so a search embeds only the query and new names. Bounded; per embedder.
     query_entities: Arc<std::sync::Mutex<HashMap<String, Vec<f32>>>>,
+    /// Called at the named steps of every write (crash drills in tests); `None` in production.
+    fail_point: Option<FailPoint>,
+}
+
+/// A hook called with the name of each step of the write path (`write.before_commit`,
+/// `write.after_commit`, `write.after_delivery`), so a test can stop the process exactly there.
+pub type FailPoint = Arc<dyn Fn(&'static str) + Send + Sync>;
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memory")
+            .field("store", &self.store)
+            .field("embedder", &self.embedder.model_id())
+            .field("llm", &self.llm.as_ref().map(|llm| llm.model().to_owned()))
+            .field("retrieval", &self.retrieval)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Most entity-name embeddings kept for queries.
@@ -255,7 +277,7 @@ impl Memory {
     /// [`Error::Config`] on a dimension mismatch; store errors.
     pub async fn new(store: Arc<dyn VectorStore>, history: HistoryStore, embedder: Arc<dyn Embedder>) -> Result<Self> {
         store.ensure_dimension(embedder.dimension(), embedder.model_id()).await?;
-        Ok(Self {
+        let memory = Self {
             store,
             history,
             embedder,
@@ -265,7 +287,58 @@ impl Memory {
             reranker: None,
             rerank_candidates: 30,
             query_entities: Arc::default(),
-        })
+            fail_point: None,
+        };
+        // Changes whose history a crash kept from the history volume get it now.
+        match memory.recover(std::time::Duration::ZERO).await {
+            Ok(0) => {}
+            Ok(delivered) => info!(delivered, "delivered history left in the journal by an interrupted write"),
+            Err(error) => warn!(%error, "could not deliver the history journal yet; will retry"),
+        }
+        Ok(memory)
+    }
+
+    /// Returns the service with `hook` called at each step of the write path (tests only).
+    #[must_use]
+    pub fn with_fail_point(mut self, hook: FailPoint) -> Self {
+        self.fail_point = Some(hook);
+        self
+    }
+
+    fn fail_point(&self, step: &'static str) {
+        if let Some(hook) = &self.fail_point {
+            hook(step);
+        }
+    }
+
+    /// Delivers journal entries older than `min_age` to the history volume and removes them from
+    /// the journal; returns how many were delivered. At startup (`min_age` zero) this completes
+    /// writes a crash interrupted; run periodically with a generous `min_age` it also completes
+    /// writes whose undo failed, never racing a write still in flight.
+    ///
+    /// # Errors
+    /// Store errors; entries not delivered stay in the journal.
+    pub async fn recover(&self, min_age: std::time::Duration) -> Result<usize> {
+        let before = Utc::now() - chrono::Duration::from_std(min_age).unwrap_or_default();
+        let mut delivered = 0;
+        loop {
+            let entries = self.store.journal(before, 500).await?;
+            if entries.is_empty() {
+                return Ok(delivered);
+            }
+            let mut records = Vec::new();
+            let mut batches = Vec::new();
+            for entry in &entries {
+                match Pending::from_entry(entry)? {
+                    Pending::History { record, .. } => records.push(*record),
+                    Pending::Messages { batch } => batches.push(batch),
+                }
+            }
+            self.history.deliver(&records, &batches).await?;
+            let ids: Vec<Uuid> = entries.iter().map(|entry| entry.id).collect();
+            self.store.settle(&ids).await?;
+            delivered += ids.len();
+        }
     }
 
     /// Returns the service with `llm` (or none) for fact extraction and procedural memory.
@@ -327,13 +400,8 @@ impl Memory {
         &self.embedder
     }
 
-    /// Stores memories from a conversation: verbatim (`infer=false`), as facts extracted by the
-    /// LLM (`infer=true`), or as one procedural summary (`memory_type = procedural_memory`).
-    ///
-    /// # Errors
-    /// Validation, scope, store and provider errors; on any error nothing is stored.
     #[instrument(skip_all, fields(tenant = %caller.tenant, infer = request.infer, messages = request.messages.len()))]
-    pub async fn add(&self, caller: &Caller, request: AddRequest) -> Result<AddOutcome> {
+    async fn run_add(&self, caller: &Caller, request: AddRequest) -> Result<AddOutcome> {
         caller.require(Role::Write)?;
         if request.scope.is_empty() {
             return Err(Error::validation("user_id", "at least one of user_id, agent_id or run_id is required"));
@@ -363,9 +431,22 @@ impl Memory {
                     format!("at most {MAX_TEXT_BYTES} bytes"),
                 ));
             }
+            text::reject_nul(&format!("messages[{index}].content"), &message.content)?;
+            if let Some(name) = &message.name {
+                text::reject_nul(&format!("messages[{index}].name"), name)?;
+                if name.len() > MAX_NAME_BYTES {
+                    return Err(Error::validation(
+                        format!("messages[{index}].name"),
+                        format!("at most {MAX_NAME_BYTES} bytes"),
+                    ));
+                }
+            }
         }
-        if request.prompt.as_ref().is_some_and(|prompt| prompt.len() > MAX_TEXT_BYTES) {
-            return Err(Error::validation("prompt", format!("at most {MAX_TEXT_BYTES} bytes")));
+        if let Some(prompt) = &request.prompt {
+            if prompt.len() > MAX_TEXT_BYTES {
+                return Err(Error::validation("prompt", format!("at most {MAX_TEXT_BYTES} bytes")));
+            }
+            text::reject_nul("prompt", prompt)?;
         }
         let metadata = sanitize_metadata(request.metadata.clone())?;
         if request.memory_type.is_some() {
@@ -520,6 +601,7 @@ impl Memory {
         }
 
         let buffered = BufferedMessages {
+            id: Uuid::now_v7(),
             tenant: caller.tenant.clone(),
             session,
             at: observed_at,
@@ -574,7 +656,7 @@ impl Memory {
             debug!(invented, "ignored linked memory ids the model made up");
         }
         let links = entity_links(&records, &name_vectors, "llm");
-        self.write_new(caller, &records, &links, Some(&buffered), now).await?;
+        self.write_new(caller, &records, &links, Some(buffered), now).await?;
         Ok(AddOutcome { results: added(records), warnings, usage: Some(response.usage) })
     }
 
@@ -686,53 +768,90 @@ impl Memory {
     }
 
     /// Writes new memories, their entity links, their ADD history and (optionally) buffered
-    /// messages; if a later step fails the memory rows are removed again (their links go with
-    /// them), so the call leaves nothing behind.
+    /// messages, all or nothing (see [`Memory::commit`]).
     async fn write_new(
         &self,
         caller: &Caller,
         records: &[MemoryRecord],
         links: &[EntityLink],
-        buffered: Option<&BufferedMessages>,
+        buffered: Option<BufferedMessages>,
         now: DateTime<Utc>,
     ) -> Result<()> {
         let history: Vec<HistoryRecord> =
             records.iter().map(|record| HistoryRecord::for_event(record, HistoryEvent::Add, None, now)).collect();
-        let ids: Vec<Uuid> = records.iter().map(|record| record.id).collect();
-        if !records.is_empty() {
-            self.store.insert(records).await?;
+        let write = WriteSet {
+            tenant: caller.tenant.clone(),
+            insert: records.to_vec(),
+            links: links.to_vec(),
+            merge_threshold: self.retrieval.entity_merge_threshold,
+            ..WriteSet::default()
+        };
+        self.commit(write, history, buffered).await.map(|_| ())
+    }
+
+    /// Commits a change with its history: the change and its journal entries (history entries,
+    /// buffered messages) in one store transaction, then the entries to the history volume, then
+    /// the journal entries are removed. If the history volume refuses them, the change is undone
+    /// (and its journal entries with it) and the error returned: the caller sees nothing changed.
+    /// A crash after the store transaction leaves the entries in the journal, delivered by
+    /// [`Memory::recover`] at the next start, so a committed change always gets its history and
+    /// history never describes a change that did not happen.
+    async fn commit(
+        &self,
+        mut write: WriteSet,
+        history: Vec<HistoryRecord>,
+        buffered: Option<BufferedMessages>,
+    ) -> Result<Applied> {
+        let now = Utc::now();
+        let mut pending: Vec<Pending> = history
+            .into_iter()
+            .map(|record| Pending::History {
+                tenant: record.tenant.clone(),
+                scope: record.scope.clone(),
+                record: Box::new(record),
+            })
+            .collect();
+        if let Some(batch) = buffered.filter(|batch| !batch.messages.is_empty()) {
+            pending.push(Pending::Messages { batch });
         }
-        if !links.is_empty() {
-            if let Err(error) = self.store.link_entities(links, &[], self.retrieval.entity_merge_threshold).await {
-                self.undo("add", self.store.delete(&caller.tenant, &ids).await.map(|_| ()));
-                return Err(error);
+        write.journal = pending.iter().map(|item| item.to_entry(now)).collect::<Result<_>>()?;
+        let journal: Vec<Uuid> = write.journal.iter().map(|entry| entry.id).collect();
+        self.fail_point("write.before_commit");
+        let applied = self.store.apply(&write).await?;
+        self.fail_point("write.after_commit");
+        let mut records = Vec::new();
+        let mut batches = Vec::new();
+        for item in pending {
+            match item {
+                Pending::History { record, .. } if applied.missing.contains(&record.memory_id) => {}
+                Pending::History { record, .. } => records.push(*record),
+                Pending::Messages { batch } => batches.push(batch),
             }
         }
-        if let Err(error) = self.history.append_with_messages(&history, buffered).await {
-            if !records.is_empty() {
-                self.undo("add", self.store.delete(&caller.tenant, &ids).await.map(|_| ()));
+        if let Err(error) = self.history.deliver(&records, &batches).await {
+            let undo = write.inverse(&applied, journal);
+            if let Err(undo_error) = self.store.apply(&undo).await {
+                // The change stays with its journal entries; recovery delivers its history.
+                warn!(%error, %undo_error, "history write failed and the change could not be undone; its history stays in the journal");
             }
             return Err(error);
         }
-        Ok(())
+        self.fail_point("write.after_delivery");
+        if let Err(error) = self.store.settle(&journal).await {
+            // Delivered twice later is harmless: delivery ignores what is already there.
+            warn!(%error, "could not clear delivered journal entries; recovery will");
+        }
+        Ok(applied)
     }
 
-    /// Returns one memory. Expired memories are returned too.
-    ///
-    /// # Errors
-    /// [`Error::MemoryNotFound`] when missing or outside the caller's reach.
     #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
-    pub async fn get(&self, caller: &Caller, id: Uuid) -> Result<MemoryItem> {
+    async fn run_get(&self, caller: &Caller, id: Uuid) -> Result<MemoryItem> {
         caller.require(Role::Read)?;
         Ok(self.visible(caller, id).await?.into())
     }
 
-    /// Lists memories of a scope, newest first, one page at a time.
-    ///
-    /// # Errors
-    /// Validation (page size, cursor), scope errors.
     #[instrument(skip_all, fields(tenant = %caller.tenant, page_size = request.page_size))]
-    pub async fn list(&self, caller: &Caller, request: ListRequest) -> Result<ListPage> {
+    async fn run_list(&self, caller: &Caller, request: ListRequest) -> Result<ListPage> {
         caller.require(Role::Read)?;
         if request.scope.is_empty() {
             caller.require(Role::Admin).map_err(|_| {
@@ -750,18 +869,15 @@ impl Memory {
         })
     }
 
-    /// Finds the memories of a scope most similar to a query (dense search).
-    ///
-    /// # Errors
-    /// Validation (query, top_k, threshold), scope and embedder errors.
     #[instrument(skip_all, fields(tenant = %caller.tenant, top_k = request.top_k))]
-    pub async fn search(&self, caller: &Caller, request: SearchRequest) -> Result<SearchOutcome> {
+    async fn run_search(&self, caller: &Caller, request: SearchRequest) -> Result<SearchOutcome> {
         caller.require(Role::Read)?;
         if request.scope.is_empty() {
             return Err(Error::validation("filters", "at least one of user_id, agent_id or run_id is required"));
         }
         caller.check_scope(&request.scope)?;
         let query_text = request.query.trim();
+        text::reject_nul("query", query_text)?;
         if query_text.is_empty() {
             return Err(Error::validation("query", "cannot be empty"));
         }
@@ -801,7 +917,7 @@ impl Memory {
             }
             SearchMode::Hybrid => self.hybrid(&query, query_text, request.top_k).await?,
         };
-        scored.retain(|(_, explanation)| explanation.score() >= request.threshold);
+        scored.retain(|(_, explanation)| retrieval::clears_threshold(explanation, request.threshold));
         scored.sort_by(|a, b| b.1.score().total_cmp(&a.1.score()).then_with(|| a.0.id.cmp(&b.0.id)));
         let mut warnings = Vec::new();
         let mut rerank_scores: Option<Vec<f32>> = None;
@@ -952,12 +1068,8 @@ impl Memory {
             .collect())
     }
 
-    /// Changes text, metadata (merged) and/or expiration of a memory.
-    ///
-    /// # Errors
-    /// Validation, [`Error::MemoryNotFound`], embedder and store errors; on error nothing changes.
     #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
-    pub async fn update(&self, caller: &Caller, id: Uuid, request: UpdateRequest) -> Result<MemoryItem> {
+    async fn run_update(&self, caller: &Caller, id: Uuid, request: UpdateRequest) -> Result<MemoryItem> {
         caller.require(Role::Write)?;
         if request.text.is_none() && request.metadata.is_none() && request.expiration_date.is_none() {
             return Err(Error::validation(
@@ -966,6 +1078,9 @@ impl Memory {
             ));
         }
         let new_text = request.text.as_deref().map(str::trim).map(str::to_owned);
+        if let Some(new_text) = &new_text {
+            text::reject_nul("text", new_text)?;
+        }
         if let Some(text) = &new_text {
             if text.is_empty() {
                 return Err(Error::validation("text", "cannot be empty"));
@@ -977,22 +1092,18 @@ impl Memory {
         let metadata_update = request.metadata.map(sanitize_metadata).transpose()?;
         let old = self.visible(caller, id).await?;
         let mut updated = old.clone();
-        // A new text gets new entities; the old links are kept ready in case the change is undone.
-        let mut relink: Option<(Vec<EntityLink>, Vec<EntityLink>)> = None;
+        // A new text gets new entities (the store keeps the old links for an undo).
+        let mut relink: Option<Vec<EntityLink>> = None;
         if let Some(text) = new_text.filter(|text| *text != old.memory) {
             let names = entity_names(&text);
-            let all_names: Vec<String> = names.iter().chain(&old.entities).cloned().collect();
             let (mut vectors, name_vectors) =
-                self.embed_with_entities(std::slice::from_ref(&text), &[all_names]).await?;
+                self.embed_with_entities(std::slice::from_ref(&text), std::slice::from_ref(&names)).await?;
             updated.embedding = vectors.pop().ok_or_else(|| Error::Internal("embedder returned no vector".into()))?;
             updated.hash = memory_hash(&text);
             updated.text_lemmatized = analysis::lemmatize(&text);
             updated.memory = text;
             updated.entities = names;
-            relink = Some((
-                entity_links(std::slice::from_ref(&updated), &name_vectors, "proper"),
-                entity_links(std::slice::from_ref(&old), &name_vectors, "proper"),
-            ));
+            relink = Some(entity_links(std::slice::from_ref(&updated), &name_vectors, "proper"));
         }
         if let Some(metadata) = metadata_update {
             updated.metadata.extend(metadata);
@@ -1003,61 +1114,31 @@ impl Memory {
         }
         let now = stored_now();
         updated.updated_at = now;
-        if !self.store.update(&updated).await? {
-            return Err(Error::MemoryNotFound { id: id.to_string() });
-        }
-        let merge = self.retrieval.entity_merge_threshold;
-        if let Some((new_links, _)) = &relink {
-            if let Err(error) = self.store.link_entities(new_links, &[id], merge).await {
-                self.undo("update", self.store.update(&old).await.map(|_| ()));
-                return Err(error);
-            }
-        }
         let entry = HistoryRecord::for_event(&updated, HistoryEvent::Update, Some(old.memory.clone()), now);
-        if let Err(error) = self.history.append(&[entry]).await {
-            self.undo("update", self.store.update(&old).await.map(|_| ()));
-            if let Some((_, old_links)) = &relink {
-                self.undo("update", self.store.link_entities(old_links, &[id], merge).await);
-            }
-            return Err(error);
-        }
+        let write = WriteSet {
+            tenant: caller.tenant.clone(),
+            update: vec![updated.clone()],
+            relink: if relink.is_some() { vec![id] } else { Vec::new() },
+            links: relink.unwrap_or_default(),
+            merge_threshold: self.retrieval.entity_merge_threshold,
+            ..WriteSet::default()
+        };
+        self.commit(write, vec![entry], None).await?;
         Ok(updated.into())
     }
 
-    /// Deletes one memory.
-    ///
-    /// # Errors
-    /// [`Error::MemoryNotFound`], store errors; on error nothing changes.
     #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
-    pub async fn delete(&self, caller: &Caller, id: Uuid) -> Result<()> {
+    async fn run_delete(&self, caller: &Caller, id: Uuid) -> Result<()> {
         caller.require(Role::Write)?;
         let record = self.visible(caller, id).await?;
-        // History first: undoing a history row is simple, re-creating a deleted memory with its
-        // entity links is not.
         let entry = HistoryRecord::for_event(&record, HistoryEvent::Delete, Some(record.memory.clone()), stored_now());
-        let entry_id = entry.id;
-        self.history.append(&[entry]).await?;
-        let deleted = match self.store.delete(&caller.tenant, &[id]).await {
-            Ok(deleted) => deleted,
-            Err(error) => {
-                self.undo("delete", self.history.remove(&[entry_id]).await);
-                return Err(error);
-            }
-        };
-        if deleted == 0 {
-            self.undo("delete", self.history.remove(&[entry_id]).await);
-            return Err(Error::MemoryNotFound { id: id.to_string() });
-        }
+        let write = WriteSet { tenant: caller.tenant.clone(), delete: vec![id], ..WriteSet::default() };
+        self.commit(write, vec![entry], None).await?;
         Ok(())
     }
 
-    /// Deletes every memory of exactly `scope` (every id given must match; others are untouched).
-    /// Returns how many were deleted.
-    ///
-    /// # Errors
-    /// Validation (empty scope), scope and store errors; on error nothing changes.
     #[instrument(skip_all, fields(tenant = %caller.tenant))]
-    pub async fn delete_all(&self, caller: &Caller, scope: Scope) -> Result<usize> {
+    async fn run_delete_all(&self, caller: &Caller, scope: Scope) -> Result<usize> {
         caller.require(Role::Admin)?;
         if scope.is_empty() {
             return Err(Error::validation(
@@ -1066,8 +1147,8 @@ impl Memory {
             ));
         }
         caller.check_scope(&scope)?;
-        // History first (as in delete): undoing history rows is simple, restoring deleted
-        // memories with their entity links is not. Memories added after the listing stay.
+        // Memories added after the listing stay. Each chunk of 1,000 is deleted with its history
+        // all or nothing; an error stops before the next chunk.
         let query = self.scoped_query(caller, scope.clone(), None, true);
         let mut doomed: Vec<MemoryRecord> = Vec::new();
         let mut cursor = None;
@@ -1080,40 +1161,30 @@ impl Memory {
             }
         }
         let now = stored_now();
-        let entries: Vec<HistoryRecord> = doomed
-            .iter()
-            .map(|record| HistoryRecord::for_event(record, HistoryEvent::Delete, Some(record.memory.clone()), now))
-            .collect();
-        let entry_ids: Vec<Uuid> = entries.iter().map(|entry| entry.id).collect();
-        self.history.append(&entries).await?;
-        let ids: Vec<Uuid> = doomed.iter().map(|record| record.id).collect();
         let mut deleted = 0;
-        let mut processed = 0;
-        for chunk in ids.chunks(MAX_PAGE_SIZE) {
-            match self.store.delete(&caller.tenant, chunk).await {
-                Ok(count) => {
-                    deleted += count;
-                    processed += chunk.len();
-                }
-                Err(error) => {
-                    // Earlier chunks are gone and keep their history rows; the rest are not.
-                    let pending: Vec<Uuid> = entry_ids.iter().skip(processed).copied().collect();
-                    self.undo("delete_all", self.history.remove(&pending).await);
-                    return Err(error);
-                }
-            }
+        for chunk in doomed.chunks(MAX_PAGE_SIZE) {
+            let entries: Vec<HistoryRecord> = chunk
+                .iter()
+                .map(|record| HistoryRecord::for_event(record, HistoryEvent::Delete, Some(record.memory.clone()), now))
+                .collect();
+            let write = WriteSet {
+                tenant: caller.tenant.clone(),
+                delete: chunk.iter().map(|record| record.id).collect(),
+                // Deleted meanwhile by someone else: skipped, without a second DELETE entry.
+                skip_missing: true,
+                ..WriteSet::default()
+            };
+            deleted += self.commit(write, entries, None).await?.deleted.len();
         }
         // The conversation buffer of these scopes goes too: it is raw user text.
-        self.undo("delete_all", self.history.forget_sessions(&caller.tenant, &scope).await);
-        Ok(usize::try_from(deleted).unwrap_or(usize::MAX))
+        if let Err(error) = self.history.forget_sessions(&caller.tenant, &scope).await {
+            warn!(%error, "memories deleted, but their scope's conversation buffer could not be");
+        }
+        Ok(deleted)
     }
 
-    /// Returns the changes of one memory, oldest first; works after the memory was deleted.
-    ///
-    /// # Errors
-    /// [`Error::MemoryNotFound`] when there is no history the caller may see.
     #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
-    pub async fn history(&self, caller: &Caller, id: Uuid) -> Result<Vec<HistoryRecord>> {
+    async fn run_history(&self, caller: &Caller, id: Uuid) -> Result<Vec<HistoryRecord>> {
         caller.require(Role::Read)?;
         let entries = self.history.for_memory(&caller.tenant, id).await?;
         let visible = match self.store.get(&caller.tenant, id).await? {
@@ -1126,12 +1197,8 @@ impl Memory {
         Ok(entries)
     }
 
-    /// Deletes every memory, history entry and buffered message of the caller's tenant.
-    ///
-    /// # Errors
-    /// [`Error::Forbidden`] unless admin; store errors.
     #[instrument(skip_all, fields(tenant = %caller.tenant))]
-    pub async fn reset(&self, caller: &Caller) -> Result<()> {
+    async fn run_reset(&self, caller: &Caller) -> Result<()> {
         caller.require(Role::Admin)?;
         if !caller.is_tenant_admin() {
             return Err(Error::Forbidden("reset needs an admin that is not bound to a scope".into()));
@@ -1140,12 +1207,8 @@ impl Memory {
         self.history.reset(Some(&caller.tenant)).await
     }
 
-    /// Deletes every memory, history entry and buffered message of every tenant.
-    ///
-    /// # Errors
-    /// [`Error::Forbidden`] unless a global admin; store errors.
     #[instrument(skip_all, fields(principal = %caller.principal_id))]
-    pub async fn reset_all(&self, caller: &Caller) -> Result<()> {
+    async fn run_reset_all(&self, caller: &Caller) -> Result<()> {
         if !caller.global_admin {
             return Err(Error::Forbidden("a global reset needs the global admin".into()));
         }
@@ -1153,13 +1216,8 @@ impl Memory {
         self.history.reset(None).await
     }
 
-    /// Lists the scope ids of the caller's tenant that own memories, with counts, ordered by
-    /// type (`agent`, `run`, `user`) then id, one page at a time.
-    ///
-    /// # Errors
-    /// [`Error::Forbidden`] unless admin; validation of `limit` and `after`; store errors.
     #[instrument(skip_all, fields(tenant = %caller.tenant))]
-    pub async fn scopes(
+    async fn run_scopes(
         &self,
         caller: &Caller,
         kind: Option<ScopeKind>,
@@ -1223,12 +1281,33 @@ impl Memory {
             }
             let names: Vec<Vec<String>> = updated.iter().map(|record| record.entities.clone()).collect();
             let (_, name_vectors) = self.embed_with_entities(&[], &names).await?;
-            let ids: Vec<Uuid> = updated.iter().map(|record| record.id).collect();
-            for record in &updated {
-                self.store.update(record).await?;
+            let write = WriteSet {
+                relink: updated.iter().map(|record| record.id).collect(),
+                links: entity_links(&updated, &name_vectors, "proper"),
+                update: updated.clone(),
+                merge_threshold: self.retrieval.entity_merge_threshold,
+                ..WriteSet::default()
+            };
+            match self.store.apply(&write).await {
+                Ok(_) => {}
+                Err(Error::MemoryNotFound { .. }) => {
+                    // One of the batch was deleted meanwhile: the others one by one.
+                    for record in &updated {
+                        let single = WriteSet {
+                            relink: vec![record.id],
+                            links: write.links.iter().filter(|link| link.memory_id == record.id).cloned().collect(),
+                            update: vec![record.clone()],
+                            merge_threshold: write.merge_threshold,
+                            ..WriteSet::default()
+                        };
+                        match self.store.apply(&single).await {
+                            Ok(_) | Err(Error::MemoryNotFound { .. }) => {}
+                            Err(error) => return Err(error),
+                        }
+                    }
+                }
+                Err(error) => return Err(error),
             }
-            let links = entity_links(&updated, &name_vectors, "proper");
-            self.store.link_entities(&links, &ids, self.retrieval.entity_merge_threshold).await?;
             analysed += updated.len();
             info!(analysed, "reindexed memories");
         }
@@ -1253,12 +1332,128 @@ impl Memory {
     fn scoped_query(&self, caller: &Caller, scope: Scope, filter: Option<Filter>, show_expired: bool) -> ScopedQuery {
         ScopedQuery { tenant: caller.tenant.clone(), scope, filter, show_expired, today: Utc::now().date_naive() }
     }
+}
 
-    fn undo(&self, operation: &str, outcome: Result<()>) {
-        if let Err(error) = outcome {
-            // The forward write succeeded, the history write failed, and undoing failed too.
-            warn!(operation, %error, "could not undo a memory write after a history failure");
-        }
+/// The public operations. Each runs on its own task, so it completes even when the caller's
+/// future is dropped (a client that disconnects, a request timeout): a write is never cut between
+/// its store transaction and its history, and no store connection is abandoned mid-transaction.
+impl Memory {
+    async fn detached<T, F, Fut>(&self, operation: F) -> Result<T>
+    where
+        F: FnOnce(Memory) -> Fut,
+        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let task = tokio::spawn(operation(self.clone()).instrument(tracing::Span::current()));
+        task.await.map_err(|error| Error::Internal(format!("memory operation task failed: {error}")))?
+    }
+
+    /// Stores memories from a conversation: verbatim (`infer=false`), as facts extracted by the
+    /// LLM (`infer=true`), or as one procedural summary (`memory_type = procedural_memory`).
+    ///
+    /// # Errors
+    /// Validation, scope, store and provider errors; on any error nothing is stored.
+    pub async fn add(&self, caller: &Caller, request: AddRequest) -> Result<AddOutcome> {
+        let caller = caller.clone();
+        self.detached(move |memory| async move { memory.run_add(&caller, request).await }).await
+    }
+
+    /// Returns one memory. Expired memories are returned too.
+    ///
+    /// # Errors
+    /// [`Error::MemoryNotFound`] when missing or outside the caller's reach.
+    pub async fn get(&self, caller: &Caller, id: Uuid) -> Result<MemoryItem> {
+        let caller = caller.clone();
+        self.detached(move |memory| async move { memory.run_get(&caller, id).await }).await
+    }
+
+    /// Lists memories of a scope, newest first, one page at a time.
+    ///
+    /// # Errors
+    /// Validation (page size, cursor), scope errors.
+    pub async fn list(&self, caller: &Caller, request: ListRequest) -> Result<ListPage> {
+        let caller = caller.clone();
+        self.detached(move |memory| async move { memory.run_list(&caller, request).await }).await
+    }
+
+    /// Finds the memories of a scope most similar to a query (dense search).
+    ///
+    /// # Errors
+    /// Validation (query, top_k, threshold), scope and embedder errors.
+    pub async fn search(&self, caller: &Caller, request: SearchRequest) -> Result<SearchOutcome> {
+        let caller = caller.clone();
+        self.detached(move |memory| async move { memory.run_search(&caller, request).await }).await
+    }
+
+    /// Changes text, metadata (merged) and/or expiration of a memory.
+    ///
+    /// # Errors
+    /// Validation, [`Error::MemoryNotFound`], embedder and store errors; on error nothing changes.
+    pub async fn update(&self, caller: &Caller, id: Uuid, request: UpdateRequest) -> Result<MemoryItem> {
+        let caller = caller.clone();
+        self.detached(move |memory| async move { memory.run_update(&caller, id, request).await }).await
+    }
+
+    /// Deletes one memory.
+    ///
+    /// # Errors
+    /// [`Error::MemoryNotFound`], store errors; on error nothing changes.
+    pub async fn delete(&self, caller: &Caller, id: Uuid) -> Result<()> {
+        let caller = caller.clone();
+        self.detached(move |memory| async move { memory.run_delete(&caller, id).await }).await
+    }
+
+    /// Deletes every memory of exactly `scope` (every id given must match; others are untouched).
+    /// Returns how many were deleted.
+    ///
+    /// # Errors
+    /// Validation (empty scope), scope and store errors; on error nothing changes.
+    pub async fn delete_all(&self, caller: &Caller, scope: Scope) -> Result<usize> {
+        let caller = caller.clone();
+        self.detached(move |memory| async move { memory.run_delete_all(&caller, scope).await }).await
+    }
+
+    /// Returns the changes of one memory, oldest first; works after the memory was deleted.
+    ///
+    /// # Errors
+    /// [`Error::MemoryNotFound`] when there is no history the caller may see.
+    pub async fn history(&self, caller: &Caller, id: Uuid) -> Result<Vec<HistoryRecord>> {
+        let caller = caller.clone();
+        self.detached(move |memory| async move { memory.run_history(&caller, id).await }).await
+    }
+
+    /// Deletes every memory, history entry and buffered message of the caller's tenant.
+    ///
+    /// # Errors
+    /// [`Error::Forbidden`] unless admin; store errors.
+    pub async fn reset(&self, caller: &Caller) -> Result<()> {
+        let caller = caller.clone();
+        self.detached(move |memory| async move { memory.run_reset(&caller).await }).await
+    }
+
+    /// Deletes every memory, history entry and buffered message of every tenant.
+    ///
+    /// # Errors
+    /// [`Error::Forbidden`] unless a global admin; store errors.
+    pub async fn reset_all(&self, caller: &Caller) -> Result<()> {
+        let caller = caller.clone();
+        self.detached(move |memory| async move { memory.run_reset_all(&caller).await }).await
+    }
+
+    /// Lists the scope ids of the caller's tenant that own memories, with counts, ordered by
+    /// type (`agent`, `run`, `user`) then id, one page at a time.
+    ///
+    /// # Errors
+    /// [`Error::Forbidden`] unless admin; validation of `limit` and `after`; store errors.
+    pub async fn scopes(
+        &self,
+        caller: &Caller,
+        kind: Option<ScopeKind>,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<ScopePage> {
+        let caller = caller.clone();
+        self.detached(move |memory| async move { memory.run_scopes(&caller, kind, after, limit).await }).await
     }
 }
 
@@ -1361,6 +1556,10 @@ fn check_bound(field: &str, value: usize) -> Result<()> {
 
 /// Drops reserved keys (scope ids and server-owned fields) from caller metadata and bounds its size.
 fn sanitize_metadata(mut metadata: Metadata) -> Result<Metadata> {
+    for (key, value) in &metadata {
+        text::reject_nul("metadata", key)?;
+        text::reject_nul_in_json("metadata", value)?;
+    }
     let dropped: Vec<String> =
         metadata.keys().filter(|key| RESERVED_METADATA_KEYS.contains(&key.as_str())).cloned().collect();
     for key in &dropped {

@@ -270,6 +270,18 @@ pub struct Contributions {
     pub entity: f32,
 }
 
+/// True when a result clears `threshold`: its score or its semantic similarity reaches it.
+///
+/// The score of a hybrid result is a weighted sum, so a memory that matches only by meaning
+/// scores `semantic_weight × cosine`: with a plain score threshold it would be hidden although
+/// dense search (cosine ≥ threshold) returns it. With this rule every mode keeps what dense
+/// search at the same threshold keeps, and memories that match by words or entities as well
+/// only rank higher. In `dense` mode the score is the cosine and in `keyword` mode the cosine is
+/// 0, so the rule is the plain one there.
+pub fn clears_threshold(explanation: &ScoreExplanation, threshold: f32) -> bool {
+    explanation.score() >= threshold || explanation.semantic >= threshold
+}
+
 impl ScoreExplanation {
     /// Builds the explanation of a candidate from its signals and the weights.
     pub fn new(signals: [f32; 3], bm25: f32, weights: [f32; 3], sources: Vec<String>) -> Self {
@@ -376,6 +388,23 @@ mod tests {
         assert_eq!(scores.top(1), vec![Uuid::from_u128(5)]);
         assert_eq!(scores.signal(&Uuid::from_u128(500)), 0.0);
         assert_eq!(EntityScores::new(&[], 2, 100), EntityScores::default());
+    }
+
+    #[test]
+    fn the_threshold_keeps_what_dense_search_keeps() {
+        let weights = RetrievalSettings::default().normalised_weights();
+        // Matches by meaning only: cosine 0.2 clears 0.1 although its weighted score does not.
+        let meaning_only = ScoreExplanation::new([0.2, 0.0, 0.0], 0.0, weights, vec!["dense".into()]);
+        assert!(meaning_only.score() < 0.1);
+        assert!(clears_threshold(&meaning_only, 0.1));
+        assert!(!clears_threshold(&meaning_only, 0.25));
+        // Matches by words only: the score decides.
+        let words_only = ScoreExplanation::new([0.0, 0.3, 0.0], 3.0, weights, vec!["keyword".into()]);
+        assert!(clears_threshold(&words_only, 0.1));
+        assert!(!clears_threshold(&words_only, 0.2));
+        let nothing = ScoreExplanation::new([0.05, 0.05, 0.0], 0.5, weights, vec![]);
+        assert!(!clears_threshold(&nothing, 0.1));
+        assert!(clears_threshold(&nothing, 0.0));
     }
 
     #[test]

@@ -7,11 +7,14 @@ use std::collections::HashSet;
 use chrono::{Duration, NaiveDate, TimeZone, Utc};
 use mem0_core::filter::parse_filter;
 use mem0_core::scope::Scope;
-use mem0_core::store::{EntityHit, EntityLink, EntityProbe, ScopedQuery, SqliteStore, VectorStore};
+use mem0_core::store::{EntityHit, EntityLink, EntityProbe, ScopedQuery, SqliteStore, VectorStore, WriteSet};
 use mem0_core::types::{memory_hash, MemoryRecord, Metadata};
 use mem0_core::Error;
 use serde_json::{json, Value};
 use uuid::Uuid;
+
+mod common;
+use common::PgDatabase;
 
 const DIM: usize = 4;
 
@@ -402,6 +405,103 @@ async fn check_entity_links(store: &dyn VectorStore) {
         .is_empty());
 }
 
+/// A write commits rows, links and journal entries together or not at all; its inverse restores
+/// what it changed; journal entries are read back oldest first and settled.
+async fn check_writes_are_all_or_nothing(store: &dyn VectorStore) {
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let v = unit([1.0, 0.0, 0.0, 0.0]);
+    let kept = record("t", "u", "kept as it was", v.clone(), json!({"n": 1}), 0);
+    let doomed = record("t", "u", "about to be deleted", v.clone(), json!({}), 1);
+    store.insert(&[kept.clone(), doomed.clone()]).await.expect("insert");
+    let entity = |memory: &MemoryRecord, name: &str| EntityLink {
+        memory_id: memory.id,
+        tenant: memory.tenant.clone(),
+        scope: memory.scope.clone(),
+        name: name.to_owned(),
+        normalized: name.to_lowercase(),
+        kind: "proper".to_owned(),
+        embedding: unit([0.0, 1.0, 0.0, 0.0]),
+    };
+    store.link_entities(&[entity(&kept, "Oslo"), entity(&doomed, "Oslo")], &[], 0.95).await.expect("link");
+    let journal = |memory: Option<Uuid>, text: &str| mem0_core::store::JournalEntry {
+        id: Uuid::now_v7(),
+        tenant: "t".to_owned(),
+        memory_id: memory,
+        created_at: Utc::now(),
+        payload: json!({"text": text}),
+    };
+    let fresh = record("t", "u", "never written", v.clone(), json!({}), 2);
+    let missing = Uuid::now_v7();
+    // An update of a missing row fails the whole write: no new row, no journal entry.
+    let failing = WriteSet {
+        tenant: "t".to_owned(),
+        insert: vec![fresh.clone()],
+        update: vec![MemoryRecord { id: missing, ..kept.clone() }],
+        journal: vec![journal(Some(fresh.id), "ADD")],
+        ..WriteSet::default()
+    };
+    assert!(matches!(store.apply(&failing).await, Err(Error::MemoryNotFound { .. })));
+    assert!(store.get("t", fresh.id).await.expect("get").is_none(), "the insert was rolled back");
+    let later = Utc::now() + Duration::minutes(1);
+    assert!(store.journal(later, 10).await.expect("journal").is_empty(), "no journal entry either");
+    // A write touching everything, with a skipped missing delete target.
+    let mut changed = kept.clone();
+    changed.memory = "changed".to_owned();
+    changed.metadata = Metadata::from_iter([("n".to_owned(), json!(2))]);
+    let write = WriteSet {
+        tenant: "t".to_owned(),
+        insert: vec![fresh.clone()],
+        update: vec![changed.clone()],
+        delete: vec![doomed.id, missing],
+        skip_missing: true,
+        relink: vec![kept.id],
+        links: vec![EntityLink { embedding: unit([0.0, 0.0, 1.0, 0.0]), ..entity(&fresh, "Bergen") }],
+        merge_threshold: 0.95,
+        journal: vec![journal(Some(fresh.id), "ADD"), journal(Some(missing), "DELETE of nothing")],
+        ..WriteSet::default()
+    };
+    let applied = store.apply(&write).await.expect("apply");
+    assert_eq!(applied.missing, vec![missing]);
+    assert_eq!(applied.deleted.iter().map(|record| record.id).collect::<Vec<_>>(), vec![doomed.id]);
+    assert_eq!(applied.replaced, vec![kept.clone()], "the row before the update");
+    let mut previous: Vec<(Uuid, String)> =
+        applied.previous_links.iter().map(|link| (link.memory_id, link.normalized.clone())).collect();
+    previous.sort();
+    let mut expected = vec![(kept.id, "oslo".to_owned()), (doomed.id, "oslo".to_owned())];
+    expected.sort();
+    assert_eq!(previous, expected);
+    let entries = store.journal(later, 10).await.expect("journal");
+    assert_eq!(entries.len(), 1, "the entry of the missing target was not written: {entries:?}");
+    assert_eq!(entries[0].payload, json!({"text": "ADD"}));
+    assert_eq!(store.get("t", kept.id).await.expect("get").expect("kept").memory, "changed");
+    let probe = EntityProbe { normalized: "oslo".to_owned(), embedding: unit([0.0, 1.0, 0.0, 0.0]) };
+    assert!(store
+        .entity_memories(&query("t", "u", None), std::slice::from_ref(&probe), 0.99)
+        .await
+        .expect("hits")
+        .is_empty());
+    // The inverse puts everything back and settles the journal entry.
+    let undo = write.inverse(&applied, entries.iter().map(|entry| entry.id).collect());
+    store.apply(&undo).await.expect("undo");
+    assert_eq!(store.get("t", kept.id).await.expect("get"), Some(kept.clone()));
+    assert_eq!(store.get("t", doomed.id).await.expect("get"), Some(doomed.clone()));
+    assert!(store.get("t", fresh.id).await.expect("get").is_none());
+    let mut hits: Vec<Uuid> = store
+        .entity_memories(&query("t", "u", None), &[probe], 0.99)
+        .await
+        .expect("hits")
+        .into_iter()
+        .map(|hit| hit.memory_id)
+        .collect();
+    hits.sort();
+    let mut both = vec![kept.id, doomed.id];
+    both.sort();
+    assert_eq!(hits, both, "the links are back");
+    assert!(store.journal(later, 10).await.expect("journal").is_empty(), "settled");
+    let hits = store.search(&query("t", "u", None), &v, 10, 0.0).await.expect("search");
+    assert_eq!(hits.len(), 2, "search sees the restored rows");
+}
+
 macro_rules! conformance_suite {
     ($backend:ident, $open:expr) => {
         mod $backend {
@@ -450,6 +550,12 @@ macro_rules! conformance_suite {
             }
 
             #[tokio::test]
+            async fn writes_are_all_or_nothing() {
+                let (store, _guard) = $open;
+                check_writes_are_all_or_nothing(&store).await;
+            }
+
+            #[tokio::test]
             async fn dimension_mismatch() {
                 let (store, _guard) = $open;
                 check_dimension_mismatch(&store).await;
@@ -466,43 +572,12 @@ async fn open_sqlite() -> (SqliteStore, tempfile::TempDir) {
 
 conformance_suite!(sqlite, open_sqlite().await);
 
-/// A fresh database on the test Postgres (`DATABASE_URL`, started by `scripts/test.sh`), dropped
-/// with the guard.
-struct PgDatabase {
-    admin_url: String,
-    name: String,
-}
-
-impl Drop for PgDatabase {
-    fn drop(&mut self) {
-        let admin_url = self.admin_url.clone();
-        let name = self.name.clone();
-        // Dropping needs a runtime; the test's own is shutting down, so use a short-lived one.
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-            runtime.block_on(async {
-                if let Ok(pool) = sqlx::PgPool::connect(&admin_url).await {
-                    let _ = sqlx::query(&format!("drop database if exists {name} with (force)")).execute(&pool).await;
-                }
-            });
-        })
-        .join();
-    }
-}
-
 async fn open_pg() -> (mem0_core::store::PgVectorStore, PgDatabase) {
-    let admin_url = std::env::var("DATABASE_URL")
-        .expect("DATABASE_URL must point at a Postgres with pgvector: run scripts/test.sh, which starts one");
-    let name = format!("mem0_test_{}", Uuid::new_v4().simple());
-    let admin = sqlx::PgPool::connect(&admin_url).await.expect("connect to the test postgres");
-    sqlx::query(&format!("create database {name}")).execute(&admin).await.expect("create test database");
-    admin.close().await;
-    let (base, _) = admin_url.rsplit_once('/').expect("database url with a database name");
-    let url = format!("{base}/{name}");
-    let store = mem0_core::store::PgVectorStore::connect(&url, &mem0_core::store::PgVectorConfig::default())
+    let database = PgDatabase::create().await;
+    let store = mem0_core::store::PgVectorStore::connect(&database.url(), &mem0_core::store::PgVectorConfig::default())
         .await
         .expect("connect and migrate");
-    (store, PgDatabase { admin_url, name })
+    (store, database)
 }
 
 conformance_suite!(pgvector, open_pg().await);
@@ -578,4 +653,106 @@ async fn pgvector_import_round_trips_awkward_rows() {
             .await
             .expect("index lookup");
     assert_eq!(indexed, 1, "the HNSW index is rebuilt");
+}
+
+/// Concurrent writers naming the same new entity in one scope end up with one entity row (the
+/// unique index and the upsert), on Postgres where writers really run at once.
+#[tokio::test]
+async fn pgvector_concurrent_links_create_one_entity_row() {
+    let (store, _database) = open_pg().await;
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let memories: Vec<MemoryRecord> = (0..24)
+        .map(|index| record("t", "u", &format!("Zanzibar note {index}"), unit([1.0, 0.0, 0.0, 0.0]), json!({}), index))
+        .collect();
+    store.insert(&memories).await.expect("insert");
+    let writers = memories.iter().map(|memory| {
+        let store = store.clone();
+        let link = EntityLink {
+            memory_id: memory.id,
+            tenant: "t".to_owned(),
+            scope: memory.scope.clone(),
+            name: "Zanzibar".to_owned(),
+            normalized: "zanzibar".to_owned(),
+            kind: "proper".to_owned(),
+            embedding: unit([0.0, 0.0, 0.0, 1.0]),
+        };
+        tokio::spawn(async move { store.link_entities(&[link], &[], 0.95).await })
+    });
+    for result in futures::future::join_all(writers).await {
+        result.expect("task").expect("link");
+    }
+    let rows: i64 = sqlx::query_scalar("select count(*) from memories_entities where normalized = 'zanzibar'")
+        .fetch_one(store.pool())
+        .await
+        .expect("count");
+    assert_eq!(rows, 1, "one entity row per scope and name");
+    let links: i64 =
+        sqlx::query_scalar("select count(*) from memory_entity_links").fetch_one(store.pool()).await.expect("count");
+    assert_eq!(links, 24, "every memory is linked to it");
+}
+
+/// Polls `operation` `polls` times (letting the runtime work in between) and drops it, the way
+/// a disconnecting client or a timeout cancels a request.
+async fn cancel_after<F: std::future::Future>(operation: F, polls: usize) {
+    let mut operation = std::pin::pin!(operation);
+    for _ in 0..polls {
+        if futures::poll!(operation.as_mut()).is_ready() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Operations cut off at every point of their transactions never leave a pooled connection inside
+/// a transaction (sqlx's `begin()` is not cancel-safe on Postgres): afterwards no backend is idle
+/// in a transaction and every operation on the one pooled connection works.
+#[tokio::test]
+async fn pgvector_cancelled_operations_never_poison_the_pool() {
+    let database = PgDatabase::create().await;
+    let config = mem0_core::store::PgVectorConfig { max_connections: 1, ..Default::default() };
+    let store = mem0_core::store::PgVectorStore::connect(&database.url(), &config).await.expect("connect");
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let seeded: Vec<MemoryRecord> = (0..20)
+        .map(|index| {
+            record("t", "u", &format!("seeded memory {index}"), unit([1.0, index as f32, 0.0, 0.0]), json!({}), index)
+        })
+        .collect();
+    store.insert(&seeded).await.expect("insert");
+    let admin = sqlx::PgPool::connect(&database.admin_url).await.expect("admin");
+    let database_name = database.name.clone();
+    // A cut can land anywhere: during the pool's health check, while BEGIN is in flight, between
+    // statements, or at the commit (a current-thread runtime polls the socket every few dozen
+    // yields, so a few hundred poll counts cover every step).
+    for round in 0..300 {
+        let polls = round + 1;
+        match round % 3 {
+            0 => cancel_after(store.search(&query("t", "u", None), &unit([1.0, 0.0, 0.0, 0.0]), 5, 0.0), polls).await,
+            1 => cancel_after(store.keyword_postings(&query("t", "u", None), &["seed".to_owned()]), polls).await,
+            _ => {
+                let extra =
+                    record("t", "u", &format!("written in round {round}"), unit([0.0, 1.0, 0.0, 0.0]), json!({}), 100);
+                cancel_after(store.insert(&[extra]), polls).await;
+            }
+        }
+        // Wait until the connection is back in the pool (or closed), without using it: a later
+        // BEGIN ... COMMIT on it would end a stale transaction and hide it.
+        for _ in 0..1_000_000 {
+            if store.pool().num_idle() == store.pool().size() as usize {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let stale: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity where datname = $1 and state like 'idle in transaction%'",
+        )
+        .bind(&database_name)
+        .fetch_one(&admin)
+        .await
+        .expect("activity");
+        assert_eq!(stale, 0, "round {round}: a connection was left inside a transaction");
+        // And every operation works on the pool afterwards.
+        let hits = store.search(&query("t", "u", None), &unit([1.0, 0.0, 0.0, 0.0]), 3, 0.0).await.expect("search");
+        assert_eq!(hits.len(), 3, "round {round}");
+        assert!(store.get("t", seeded[0].id).await.expect("get").is_some(), "round {round}");
+    }
 }

@@ -290,14 +290,21 @@ impl JwtVerifier {
         let mut validation = Validation::new(algorithm);
         validation.leeway = self.settings.leeway_secs;
         validation.validate_nbf = true;
-        validation.set_required_spec_claims(&["exp"]);
+        // A configured issuer or audience is required, not merely checked when present: a token
+        // without the claim is refused like one with a wrong value.
+        let mut required = vec!["exp"];
         match &self.settings.audience {
-            Some(audience) => validation.set_audience(&[audience]),
+            Some(audience) => {
+                validation.set_audience(&[audience]);
+                required.push("aud");
+            }
             None => validation.validate_aud = false,
         }
         if let Some(issuer) = &self.settings.issuer {
             validation.set_issuer(&[issuer]);
+            required.push("iss");
         }
+        validation.set_required_spec_claims(&required);
         let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, &key, &validation)
             .map_err(|error| {
                 use jsonwebtoken::errors::ErrorKind;

@@ -7,7 +7,7 @@ use std::path::Path;
 use config::{Config, Environment, File, FileFormat};
 use mem0_core::providers::embedder::EmbedderProvider;
 use mem0_core::MemoryConfig;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret as _, SecretString};
 use serde::Deserialize;
 
 use crate::auth::AuthSettings;
@@ -48,10 +48,16 @@ pub struct ServerSettings {
     pub body_limit_bytes: usize,
     /// Per-request timeout, in seconds.
     pub request_timeout_secs: u64,
+    /// Time a request body may take to arrive, in seconds (then 408).
+    pub body_read_timeout_secs: u64,
     /// Most requests in flight.
     pub concurrency_limit: usize,
     /// Tenant of every memory until authentication is configured.
     pub default_tenant: String,
+    /// Host names answered besides loopback ones (`Host` header, without port). Always checked
+    /// while authentication is disabled (DNS rebinding); checked with authentication on when set.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Logging.
@@ -103,6 +109,7 @@ impl Settings {
             .map_err(|error| anyhow::anyhow!("cannot read configuration: {error}"))?;
         let mut settings: Settings =
             raw.try_deserialize().map_err(|error| anyhow::anyhow!("invalid configuration: {error}"))?;
+        settings.clear_blank_values();
         // The variables every OpenAI-compatible tool understands fill what the config leaves unset.
         let openai = &mut settings.memory.embedder.openai;
         if openai.api_key.is_none() {
@@ -141,6 +148,34 @@ impl Settings {
         Ok(settings)
     }
 
+    /// Treats empty and whitespace-only keys, URLs and secrets as unset: `OPENAI_API_KEY=` in a
+    /// compose file, or `MEM0__MEMORY__LLM__OPENAI__API_KEY=""`, configures nothing.
+    fn clear_blank_values(&mut self) {
+        fn secret(value: &mut Option<SecretString>) {
+            if value.as_ref().is_some_and(|secret| secret.expose_secret().trim().is_empty()) {
+                *value = None;
+            }
+        }
+        fn text(value: &mut Option<String>) {
+            if value.as_ref().is_some_and(|text| text.trim().is_empty()) {
+                *value = None;
+            }
+        }
+        let memory = &mut self.memory;
+        secret(&mut memory.embedder.openai.api_key);
+        text(&mut memory.embedder.openai.base_url);
+        secret(&mut memory.llm.openai.api_key);
+        text(&mut memory.llm.openai.base_url);
+        secret(&mut memory.llm.anthropic.api_key);
+        text(&mut memory.llm.anthropic.base_url);
+        secret(&mut memory.reranker.http.api_key);
+        text(&mut memory.reranker.http.base_url);
+        secret(&mut memory.vector_store.pgvector.url);
+        secret(&mut self.auth.admin_api_key);
+        secret(&mut self.auth.jwt.hs256_secret);
+        text(&mut self.auth.jwt.jwks_url);
+    }
+
     /// Checks values the types cannot.
     ///
     /// # Errors
@@ -157,6 +192,11 @@ impl Settings {
             (1..=3600).contains(&server.request_timeout_secs),
             "server.request_timeout_secs must be between 1 and 3600, got {}",
             server.request_timeout_secs
+        );
+        anyhow::ensure!(
+            (1..=3600).contains(&server.body_read_timeout_secs),
+            "server.body_read_timeout_secs must be between 1 and 3600, got {}",
+            server.body_read_timeout_secs
         );
         anyhow::ensure!(
             (1..=100_000).contains(&server.concurrency_limit),
@@ -259,6 +299,46 @@ mod tests {
             }
         }
         assert!(loaded >= 2, "found {loaded} example files");
+    }
+
+    #[test]
+    fn empty_keys_configure_no_llm() {
+        let blank =
+            |name: &str| matches!(name, "OPENAI_API_KEY" | "OPENAI_BASE_URL" | "ANTHROPIC_API_KEY").then(String::new);
+        let settings = Settings::load_with_env(
+            None,
+            env(&[("MEM0__MEMORY__LLM__OPENAI__API_KEY", ""), ("MEM0__MEMORY__LLM__ANTHROPIC__API_KEY", " ")]),
+            blank,
+        )
+        .expect("valid");
+        assert!(settings.memory.llm.openai.api_key.is_none());
+        assert_eq!(settings.memory.llm.resolved_provider(), mem0_core::providers::llm::LlmProvider::None);
+    }
+
+    /// The container builds with exactly the pinned toolchain and runs on a pgvector with
+    /// iterative scans (0.8+); the compose file says what OPENAI_API_KEY does.
+    #[test]
+    fn packaging_pins_what_it_depends_on() {
+        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        let read = |name: &str| std::fs::read_to_string(root.join(name)).expect(name);
+        let toolchain = read("rust-toolchain.toml");
+        let channel = toolchain
+            .lines()
+            .find_map(|line| line.strip_prefix("channel = "))
+            .map(|value| value.trim_matches('"'))
+            .expect("channel");
+        assert_eq!(channel.split('.').count(), 3, "rust-toolchain.toml pins a full version: {channel}");
+        let dockerfile = read("Dockerfile");
+        assert!(dockerfile.contains(&format!("FROM rust:{channel}-")), "the builder image is rust:{channel}");
+        let compose = read("docker-compose.yaml");
+        let image = compose
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("image: pgvector/pgvector:"))
+            .expect("pgvector image");
+        let version: Vec<u32> =
+            image.split('-').next().unwrap_or_default().split('.').filter_map(|part| part.parse().ok()).collect();
+        assert!(version.len() == 3 && version[..2] >= [0, 8][..], "pgvector 0.8+ pinned by version: {image}");
+        assert!(!compose.contains("OpenAI-compatible embedder instead"), "OPENAI_API_KEY switches the LLM on");
     }
 
     #[test]

@@ -543,8 +543,8 @@ fn forbidden_ip(ip: IpAddr) -> bool {
             v4.is_link_local() || v4.is_unspecified() || v4.is_broadcast() || v4.octets() == [100, 100, 100, 200]
         }
         IpAddr::V6(v6) => {
-            if let Some(mapped) = v6.to_ipv4_mapped() {
-                return forbidden_ip(IpAddr::V4(mapped));
+            if let Some(embedded) = embedded_ipv4(v6) {
+                return forbidden_ip(IpAddr::V4(embedded));
             }
             let segments = v6.segments();
             (segments[0] & 0xffc0) == 0xfe80
@@ -552,6 +552,27 @@ fn forbidden_ip(ip: IpAddr) -> bool {
                 || segments == [0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254]
         }
     }
+}
+
+/// The IPv4 address an IPv6 address carries, for the forms that reach an IPv4 host: mapped
+/// (`::ffff:a.b.c.d`), compatible (`::a.b.c.d`, deprecated but still routed by some stacks),
+/// translated (`::ffff:0:a.b.c.d`, RFC 2765), NAT64 (`64:ff9b::a.b.c.d` and the local-use
+/// `64:ff9b:1::/48`, RFC 6052/8215) and 6to4 (`2002:AABB:CCDD::`, RFC 3056).
+fn embedded_ipv4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let s = v6.segments();
+    let low = || std::net::Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    let mapped = s[..5] == [0; 5] && s[5] == 0xffff;
+    // `::` and `::1` are not IPv4 addresses (unspecified and loopback are handled as IPv6).
+    let compatible = s[..6] == [0; 6] && (s[6] != 0 || s[7] > 1);
+    let translated = s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0;
+    let nat64 = s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1);
+    if mapped || compatible || translated || nat64 {
+        return Some(low());
+    }
+    if s[0] == 0x2002 {
+        return Some(std::net::Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8));
+    }
+    None
 }
 
 /// Refuses base URLs on link-local or metadata addresses (after DNS resolution).
@@ -672,12 +693,20 @@ mod tests {
             "http://metadata.google.internal/v1",
             "http://100.100.100.200/v1",
             "http://[::ffff:169.254.169.254]/v1",
+            "http://[::169.254.169.254]/v1",
+            "http://[::ffff:0:169.254.169.254]/v1",
+            "http://[64:ff9b::169.254.169.254]/v1",
+            "http://[64:ff9b:1::a9fe:a9fe]/v1",
+            "http://[2002:a9fe:a9fe::1]/v1",
+            "http://[::ffff:100.100.100.200]/v1",
             "http://0.0.0.0:11434/v1",
             "file:///etc/passwd",
         ] {
             assert!(check_base_url(bad, false).await.is_err(), "{bad}");
         }
         assert!(check_base_url("http://127.0.0.1:11434/v1", false).await.is_ok(), "local servers are fine");
+        assert!(check_base_url("http://[::1]:11434/v1", false).await.is_ok(), "IPv6 loopback is not IPv4");
+        assert!(check_base_url("http://[2001:db8::1]/v1", false).await.is_ok(), "ordinary IPv6");
         assert!(check_base_url("http://169.254.169.254/v1", true).await.is_ok(), "unless explicitly allowed");
     }
 

@@ -45,6 +45,11 @@ pub enum ErrorCode {
     Forbidden,
     /// Too many requests; see `Retry-After`.
     RateLimited,
+    /// The `Host` header names a host this server does not answer for (DNS rebinding defence).
+    HostNotAllowed,
+    /// A browser request from another site tried to change something while authentication is
+    /// disabled.
+    CrossSiteRequest,
     /// No such API key (or not in the caller's tenant).
     ApiKeyNotFound,
     /// A configuration change was refused; nothing changed.
@@ -67,6 +72,8 @@ pub enum ErrorCode {
     StoreUnavailable,
     /// The request took longer than the configured timeout.
     RequestTimeout,
+    /// The request body did not arrive within `server.body_read_timeout_secs` (408).
+    RequestBodyTimeout,
     /// Something unexpected failed; the log has the details under the request id.
     InternalError,
 }
@@ -239,7 +246,10 @@ impl From<PathRejection> for ApiError {
     }
 }
 
-/// `Json` whose rejections use the error envelope.
+/// `Json` whose rejections use the error envelope. A body that is not JSON at all is
+/// `invalid_json`; JSON of the wrong shape (a missing field, a wrong type, a number out of its
+/// type's range, an unknown field) is `validation_failed` with `details.field` naming the field,
+/// like every other bad value.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AppJson<T>(pub T);
 
@@ -251,8 +261,71 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::Json(value) = axum::Json::<T>::from_request(request, state).await?;
+        if !json_content_type(request.headers()) {
+            return Err(Self::Rejection::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ErrorCode::UnsupportedMediaType,
+                "expected a body with content-type application/json",
+            ));
+        }
+        let bytes = axum::body::Bytes::from_request(request, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    ErrorCode::PayloadTooLarge,
+                    "request body is larger than the configured limit",
+                )
+            } else {
+                ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidJson, rejection.body_text())
+            }
+        })?;
+        let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
+        let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+            let field = error_field(&error.path().to_string(), &error.inner().to_string());
+            shape_error(error.inner().classify(), field, error.inner())
+        })?;
+        deserializer.end().map_err(|error| shape_error(error.classify(), None, &error))?;
         Ok(Self(value))
+    }
+}
+
+fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok()) else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// The field a deserialisation error is about: the path where it happened, extended by the
+/// field a "missing field" or "unknown field" message names.
+fn error_field(path: &str, message: &str) -> Option<String> {
+    let named = ["missing field `", "unknown field `"].iter().find_map(|prefix| {
+        let start = message.find(prefix)? + prefix.len();
+        let end = message[start..].find('`')? + start;
+        Some(message[start..end].to_owned())
+    });
+    let path = (path != ".").then(|| path.to_owned());
+    match (path, named) {
+        (Some(path), Some(named)) => Some(format!("{path}.{named}")),
+        (path, named) => path.or(named),
+    }
+}
+
+fn shape_error(category: serde_json::error::Category, field: Option<String>, error: &serde_json::Error) -> ApiError {
+    // serde_json appends " at line L column C"; the field says more to a caller than the position.
+    let text = error.to_string();
+    let detail = text.rsplit_once(" at line ").map_or(text.as_str(), |(detail, _)| detail);
+    match (category, field) {
+        (serde_json::error::Category::Data, Some(field)) => ApiError::validation(&field, detail),
+        (serde_json::error::Category::Data, None) => {
+            ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::ValidationFailed, format!("invalid body: {detail}"))
+        }
+        _ => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidJson,
+            format!("the body is not valid JSON: {text}"),
+        ),
     }
 }
 
@@ -273,9 +346,20 @@ where
 {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::extract::Query(value) = axum::extract::Query::<T>::from_request_parts(parts, state).await?;
-        Ok(Self(value))
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or_default();
+        let deserializer = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(deserializer).map(Self).map_err(|error| {
+            let message = error.inner().to_string();
+            match error_field(&error.path().to_string(), &message) {
+                Some(field) => ApiError::validation(&field, message),
+                None => ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    ErrorCode::InvalidQuery,
+                    format!("invalid query string: {message}"),
+                ),
+            }
+        })
     }
 }
 

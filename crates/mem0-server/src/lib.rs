@@ -4,8 +4,11 @@
 //! owns routing, the error envelope, request ids, limits, configuration loading and OpenAPI.
 
 pub mod auth;
+pub mod body;
+pub mod browser;
 pub mod config;
 pub mod configure;
+pub mod docs;
 pub mod error;
 pub mod guard;
 pub mod openapi;
@@ -26,23 +29,36 @@ use axum::{middleware, Router};
 use mem0_core::Memory;
 use tokio::net::TcpListener;
 use tower::limit::GlobalConcurrencyLimitLayer;
-use utoipa_scalar::{Scalar, Servable};
 
 use crate::config::Settings;
 use crate::error::{ApiError, ErrorCode};
 use crate::state::AppState;
 
 /// Builds the application router for `state`.
+///
+/// Layers, outermost first: request context (id, span, total timeout, request log), browser
+/// defences (Host allow list, cross-site writes), authentication and rate limits, then, for the
+/// API routes only, body reading with its own timeout and the concurrency limit. `/health`,
+/// `/ready` and the docs never wait for a concurrency slot.
 pub fn app(state: AppState) -> Router {
     let server = &state.settings.server;
     let context = request_context::ContextSettings {
         timeout: Duration::from_secs(server.request_timeout_secs),
         log: state.request_log.clone(),
     };
-    let (router, _) = routes::router().split_for_parts();
-    let doc = openapi::document();
+    let body = body::BodySettings {
+        limit: server.body_limit_bytes,
+        timeout: Duration::from_secs(server.body_read_timeout_secs),
+    };
+    let browser_guard = browser::BrowserGuard::new(state.settings.auth.disabled, &server.allowed_hosts);
+    let (api, _) = routes::api_router().split_for_parts();
+    let (open, _) = routes::open_router().split_for_parts();
     let doc_json = Arc::new(openapi::document_json());
-    router
+    let api = api
+        .layer(DefaultBodyLimit::max(server.body_limit_bytes))
+        .layer(GlobalConcurrencyLimitLayer::new(server.concurrency_limit))
+        .layer(middleware::from_fn_with_state(body, body::read_body));
+    api.merge(open)
         .route(
             "/openapi.json",
             get(move || {
@@ -50,12 +66,11 @@ pub fn app(state: AppState) -> Router {
                 async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], (*body).clone()) }
             }),
         )
-        .merge(Scalar::with_url("/docs", doc))
+        .merge(docs::router())
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(server.body_limit_bytes))
-        .layer(GlobalConcurrencyLimitLayer::new(server.concurrency_limit))
         .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
+        .layer(middleware::from_fn_with_state(browser_guard, browser::guard))
         .layer(middleware::from_fn_with_state(context, request_context::request_context))
         .with_state(state)
 }
@@ -67,6 +82,10 @@ async fn route_not_found() -> ApiError {
 async fn method_not_allowed() -> impl IntoResponse {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, ErrorCode::MethodNotAllowed, "method not allowed on this route")
 }
+
+/// Journal entries younger than this belong to writes that may still be running; the periodic
+/// sweep leaves them alone (a write takes seconds at most, its task is never cancelled).
+const JOURNAL_SWEEP_MIN_AGE: Duration = Duration::from_secs(600);
 
 /// Builds the state from settings: loads the embedder, opens the stores, checks dimensions,
 /// sets up authentication, rate limits and the request log.
@@ -90,7 +109,12 @@ pub async fn assemble_state(memory: Memory, settings: Settings) -> anyhow::Resul
     let auth =
         auth::Authenticator::build(&settings.auth, settings.server.bind, &settings.server.default_tenant, api_keys)?;
     auth.warm_up().await;
-    let limits = settings.rate_limit.enabled.then(|| {
+    // Without authentication there is one implicit caller on loopback and nobody to protect from
+    // anybody: a local bulk import must not hit 429.
+    if settings.rate_limit.enabled && settings.auth.disabled {
+        tracing::info!("rate limits are off while authentication is disabled");
+    }
+    let limits = (settings.rate_limit.enabled && !settings.auth.disabled).then(|| {
         let limits: Arc<dyn rate_limit::Limits> = Arc::new(rate_limit::RateLimits::with_clock(
             &settings.rate_limit,
             governor::clock::DefaultClock::default(),
@@ -107,6 +131,21 @@ pub async fn assemble_state(memory: Memory, settings: Settings) -> anyhow::Resul
     });
     let request_log = request_log::RequestLogWriter::spawn(memory.history_store().clone(), &settings.request_log);
     let memory_handle = Arc::new(state::MemoryHandle::new(memory, configure::RuntimeConfig::from_settings(&settings)));
+    // Journal entries left behind by a write whose undo failed (the store was down at that
+    // moment) get their history once it answers again; startup already delivered older ones.
+    let sweeper = Arc::clone(&memory_handle);
+    tokio::spawn(async move {
+        let mut every_minute = tokio::time::interval(Duration::from_secs(60));
+        every_minute.tick().await;
+        loop {
+            every_minute.tick().await;
+            match sweeper.get().recover(JOURNAL_SWEEP_MIN_AGE).await {
+                Ok(0) => {}
+                Ok(delivered) => tracing::info!(delivered, "delivered history left in the journal"),
+                Err(error) => tracing::warn!(%error, "could not deliver the history journal yet"),
+            }
+        }
+    });
     Ok(AppState { memory_handle, settings: Arc::new(settings), auth: Arc::new(auth), limits, request_log })
 }
 

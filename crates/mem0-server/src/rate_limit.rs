@@ -55,6 +55,8 @@ impl RouteClass {
             "/entities/{entity_type}/{entity_id}",
             "/requests",
             "/reset",
+            "/configure",
+            "/configure/providers",
         ];
         if admin_routes.contains(&route) || (route == "/memories" && method == Method::DELETE) {
             Self::Admin
@@ -210,6 +212,10 @@ mod tests {
         assert_eq!(RouteClass::of(&Method::POST, "/memories"), RouteClass::Write);
         assert_eq!(RouteClass::of(&Method::DELETE, "/memories"), RouteClass::Admin);
         assert_eq!(RouteClass::of(&Method::POST, "/api-keys"), RouteClass::Admin);
+        for method in [Method::GET, Method::POST] {
+            assert_eq!(RouteClass::of(&method, "/configure"), RouteClass::Admin);
+        }
+        assert_eq!(RouteClass::of(&Method::GET, "/configure/providers"), RouteClass::Admin);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::Utc;
 use mem0_core::history::{HistoryStore, RequestLogEntry};
 use serde::Deserialize;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// Request log settings.
 #[derive(Debug, Clone, Deserialize)]
@@ -26,10 +26,19 @@ const QUEUE: usize = 10_000;
 /// Most entries written in one transaction.
 const BATCH: usize = 500;
 
+/// What the writer task receives.
+#[derive(Debug)]
+enum Command {
+    /// Write this entry.
+    Record(RequestLogEntry),
+    /// Answer once everything queued before has been written.
+    Flush(oneshot::Sender<()>),
+}
+
 /// Hands entries to the writer task.
 #[derive(Debug, Clone)]
 pub struct RequestLogWriter {
-    sender: Option<mpsc::Sender<RequestLogEntry>>,
+    sender: Option<mpsc::Sender<Command>>,
     dropped: Arc<AtomicU64>,
 }
 
@@ -44,15 +53,28 @@ impl RequestLogWriter {
         if !settings.enabled {
             return Self::disabled();
         }
-        let (sender, mut receiver) = mpsc::channel::<RequestLogEntry>(QUEUE);
+        let (sender, mut receiver) = mpsc::channel::<Command>(QUEUE);
         let writer_history = history.clone();
         tokio::spawn(async move {
+            let mut commands = Vec::with_capacity(BATCH);
             let mut batch = Vec::with_capacity(BATCH);
-            while receiver.recv_many(&mut batch, BATCH).await > 0 {
-                if let Err(error) = writer_history.append_requests(&batch).await {
-                    tracing::warn!(%error, entries = batch.len(), "could not write the request log");
+            while receiver.recv_many(&mut commands, BATCH).await > 0 {
+                let mut flushed = Vec::new();
+                for command in commands.drain(..) {
+                    match command {
+                        Command::Record(entry) => batch.push(entry),
+                        Command::Flush(done) => flushed.push(done),
+                    }
                 }
-                batch.clear();
+                if !batch.is_empty() {
+                    if let Err(error) = writer_history.append_requests(&batch).await {
+                        tracing::warn!(%error, entries = batch.len(), "could not write the request log");
+                    }
+                    batch.clear();
+                }
+                for done in flushed {
+                    let _ = done.send(());
+                }
             }
         });
         let retention = chrono::Duration::days(i64::from(settings.retention_days.max(1)));
@@ -70,10 +92,19 @@ impl RequestLogWriter {
         Self { sender: Some(sender), dropped: Arc::default() }
     }
 
+    /// Waits until every entry queued before this call has been written (or failed to be).
+    pub async fn flush(&self) {
+        let Some(sender) = &self.sender else { return };
+        let (done, written) = oneshot::channel();
+        if sender.send(Command::Flush(done)).await.is_ok() {
+            let _ = written.await;
+        }
+    }
+
     /// Queues one entry without waiting.
     pub fn record(&self, entry: RequestLogEntry) {
         let Some(sender) = &self.sender else { return };
-        if sender.try_send(entry).is_err() {
+        if sender.try_send(Command::Record(entry)).is_err() {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if dropped.is_power_of_two() {
                 tracing::warn!(dropped, "request log queue full: entries dropped");

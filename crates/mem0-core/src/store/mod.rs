@@ -275,6 +275,85 @@ pub struct EntityHit {
     pub probe: usize,
 }
 
+/// A change the history volume has not received yet, kept in the store's journal: it is
+/// written in the same transaction as the change it describes, delivered to the history volume
+/// right after, and removed once delivered. A crash in between leaves it in the journal, and
+/// [`crate::Memory`] delivers it at the next start. The store does not read the payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalEntry {
+    /// Entry id (also the id the delivered history row or message batch gets).
+    pub id: Uuid,
+    /// Tenant of the change.
+    pub tenant: String,
+    /// The memory a history entry is about (`None` for buffered messages).
+    pub memory_id: Option<Uuid>,
+    /// When it was written.
+    pub created_at: DateTime<Utc>,
+    /// What to deliver (JSON).
+    pub payload: serde_json::Value,
+}
+
+/// One all-or-nothing write: memory rows, their keyword index, their entity links and the
+/// journal entries describing the change commit in one store transaction, or nothing does.
+/// Applied in this order: deletes, updates, inserts, link removal (`relink`), new links,
+/// journal entries, settled entries.
+#[derive(Debug, Clone, Default)]
+pub struct WriteSet {
+    /// Tenant of the deleted rows (updated and inserted rows carry their own).
+    pub tenant: String,
+    /// New rows.
+    pub insert: Vec<MemoryRecord>,
+    /// Rows replaced by id (text, hash, metadata, timestamps, expiration, entities, embedding).
+    pub update: Vec<MemoryRecord>,
+    /// Rows removed by id (their links and index entries go with them).
+    pub delete: Vec<Uuid>,
+    /// Without it a missing update or delete target fails the write with
+    /// [`Error::MemoryNotFound`]; with it missing delete targets are skipped (and their journal
+    /// entries not written).
+    pub skip_missing: bool,
+    /// Memories whose entity links are removed before `links` are added.
+    pub relink: Vec<Uuid>,
+    /// Entity links to add (entities found or created per scope).
+    pub links: Vec<EntityLink>,
+    /// A new entity merges into an existing one of its scope at least this similar.
+    pub merge_threshold: f32,
+    /// Journal entries to record with the change.
+    pub journal: Vec<JournalEntry>,
+    /// Journal entries to remove (delivered, or their change undone).
+    pub settle: Vec<Uuid>,
+}
+
+/// What a [`WriteSet`] replaced, as it was before: enough to write the inverse change.
+#[derive(Debug, Clone, Default)]
+pub struct Applied {
+    /// Deleted rows.
+    pub deleted: Vec<MemoryRecord>,
+    /// Updated rows, before the update.
+    pub replaced: Vec<MemoryRecord>,
+    /// The entity links of the relinked and deleted memories, before the write.
+    pub previous_links: Vec<EntityLink>,
+    /// Delete targets that did not exist (with `skip_missing`).
+    pub missing: Vec<Uuid>,
+}
+
+impl WriteSet {
+    /// The change that undoes this one once it was applied with `applied`, settling `journal`.
+    pub fn inverse(&self, applied: &Applied, journal: Vec<Uuid>) -> WriteSet {
+        WriteSet {
+            tenant: self.tenant.clone(),
+            insert: applied.deleted.clone(),
+            update: applied.replaced.clone(),
+            delete: self.insert.iter().map(|record| record.id).collect(),
+            skip_missing: true,
+            relink: self.relink.clone(),
+            links: applied.previous_links.clone(),
+            merge_threshold: self.merge_threshold,
+            journal: Vec::new(),
+            settle: journal,
+        }
+    }
+}
+
 /// Cosine similarity of unit vectors (0 when the dimensions differ).
 pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f32 {
     if a.len() != b.len() {
@@ -307,18 +386,40 @@ pub trait VectorStore: Debug + Send + Sync + 'static {
     /// [`Error::Config`] naming both numbers on a mismatch.
     async fn ensure_dimension(&self, dimension: usize, model_id: &str) -> Result<()>;
 
+    /// Applies a write in one transaction: all of it, or (on any error) none of it.
+    async fn apply(&self, write: &WriteSet) -> Result<Applied>;
+
+    /// Journal entries written before `before`, oldest first, at most `limit`.
+    async fn journal(&self, before: DateTime<Utc>, limit: usize) -> Result<Vec<JournalEntry>>;
+
+    /// Removes journal entries (delivered ones).
+    async fn settle(&self, ids: &[Uuid]) -> Result<()>;
+
     /// Inserts all records, or none.
-    async fn insert(&self, records: &[MemoryRecord]) -> Result<()>;
+    async fn insert(&self, records: &[MemoryRecord]) -> Result<()> {
+        self.apply(&WriteSet { insert: records.to_vec(), ..WriteSet::default() }).await.map(|_| ())
+    }
 
     /// Returns the memory with `id` in `tenant`, if any.
     async fn get(&self, tenant: &str, id: Uuid) -> Result<Option<MemoryRecord>>;
 
     /// Replaces text, hash, metadata, timestamps, expiration and embedding of an existing record
     /// (scope and tenant never change). Returns false when it no longer exists.
-    async fn update(&self, record: &MemoryRecord) -> Result<bool>;
+    async fn update(&self, record: &MemoryRecord) -> Result<bool> {
+        match self.apply(&WriteSet { update: vec![record.clone()], ..WriteSet::default() }).await {
+            Ok(_) => Ok(true),
+            Err(Error::MemoryNotFound { .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
 
     /// Deletes the given ids of `tenant`; returns how many existed.
-    async fn delete(&self, tenant: &str, ids: &[Uuid]) -> Result<u64>;
+    async fn delete(&self, tenant: &str, ids: &[Uuid]) -> Result<u64> {
+        let write =
+            WriteSet { tenant: tenant.to_owned(), delete: ids.to_vec(), skip_missing: true, ..WriteSet::default() };
+        let applied = self.apply(&write).await?;
+        Ok(u64::try_from(applied.deleted.len()).unwrap_or(u64::MAX))
+    }
 
     /// Deletes every memory matching `query` (tenant, scope, filter; expired included) and returns them.
     async fn delete_matching(&self, query: &ScopedQuery) -> Result<Vec<MemoryRecord>>;
@@ -332,7 +433,11 @@ pub trait VectorStore: Debug + Send + Sync + 'static {
 
     /// Links memories to their entities in one transaction, after removing the existing links
     /// of the memories in `replace` (entities left without links are removed).
-    async fn link_entities(&self, links: &[EntityLink], replace: &[Uuid], merge_threshold: f32) -> Result<()>;
+    async fn link_entities(&self, links: &[EntityLink], replace: &[Uuid], merge_threshold: f32) -> Result<()> {
+        let write =
+            WriteSet { relink: replace.to_vec(), links: links.to_vec(), merge_threshold, ..WriteSet::default() };
+        self.apply(&write).await.map(|_| ())
+    }
 
     /// Returns the memories matching `query` that are linked to an entity of the query's scope
     /// whose normalised name equals a probe's, or whose embedding is at least `threshold`

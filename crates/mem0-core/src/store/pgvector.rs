@@ -15,8 +15,8 @@ use uuid::Uuid;
 
 use super::pg_filter::{where_clause, PgBind, PgClause};
 use super::{
-    doc_len, Cursor, EntityHit, EntityLink, EntityProbe, KeywordPostings, Page, Posting, ScopeKind, ScopeSummary,
-    ScopedQuery, ScoredRecord, VectorStore,
+    doc_len, Applied, Cursor, EntityHit, EntityLink, EntityProbe, JournalEntry, KeywordPostings, Page, Posting,
+    ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, VectorStore, WriteSet,
 };
 use crate::error::{Error, Result};
 use crate::scope::Scope;
@@ -200,6 +200,244 @@ async fn remove_orphan_entities(executor: &mut sqlx::PgConnection, entity_ids: &
     Ok(())
 }
 
+/// Applies a write inside an open transaction (see [`WriteSet`] for the order).
+async fn apply_in(executor: &mut sqlx::PgConnection, write: &WriteSet) -> Result<Applied> {
+    let mut applied = Applied::default();
+    let touched: Vec<Uuid> = write.relink.iter().chain(&write.delete).copied().collect();
+    if !touched.is_empty() {
+        applied.previous_links = load_links(executor, &touched).await?;
+    }
+    let orphan_candidates: Vec<Uuid> = if touched.is_empty() {
+        Vec::new()
+    } else {
+        sqlx::query_scalar("select distinct entity_id from memory_entity_links where memory_id = any($1)")
+            .bind(&touched)
+            .fetch_all(&mut *executor)
+            .await?
+    };
+    if !write.delete.is_empty() {
+        let rows = sqlx::query(&format!("delete from memories where tenant = $1 and id = any($2) returning {COLUMNS}"))
+            .bind(&write.tenant)
+            .bind(&write.delete)
+            .fetch_all(&mut *executor)
+            .await?;
+        applied.deleted = rows.iter().map(row_to_record).collect::<Result<Vec<_>>>()?;
+    }
+    applied.missing =
+        write.delete.iter().filter(|id| !applied.deleted.iter().any(|record| record.id == **id)).copied().collect();
+    if let (Some(missing), false) = (applied.missing.first(), write.skip_missing) {
+        return Err(Error::MemoryNotFound { id: missing.to_string() });
+    }
+    for record in &write.update {
+        let previous = sqlx::query(&format!("select {COLUMNS} from memories where tenant = $1 and id = $2 for update"))
+            .bind(&record.tenant)
+            .bind(record.id)
+            .fetch_optional(&mut *executor)
+            .await?
+            .ok_or_else(|| Error::MemoryNotFound { id: record.id.to_string() })?;
+        applied.replaced.push(row_to_record(&previous)?);
+        update_one(executor, record).await?;
+    }
+    insert_rows(executor, &write.insert).await?;
+    if !write.relink.is_empty() {
+        sqlx::query("delete from memory_entity_links where memory_id = any($1)")
+            .bind(&write.relink)
+            .execute(&mut *executor)
+            .await?;
+    }
+    add_links(executor, &write.links, write.merge_threshold).await?;
+    remove_orphan_entities(executor, &orphan_candidates).await?;
+    for entry in &write.journal {
+        if entry.memory_id.is_some_and(|id| applied.missing.contains(&id)) {
+            continue;
+        }
+        sqlx::query(
+            "insert into history_journal (id, tenant, memory_id, created_at, payload) values ($1, $2, $3, $4, $5)",
+        )
+        .bind(entry.id)
+        .bind(&entry.tenant)
+        .bind(entry.memory_id)
+        .bind(entry.created_at)
+        .bind(&entry.payload)
+        .execute(&mut *executor)
+        .await?;
+    }
+    if !write.settle.is_empty() {
+        sqlx::query("delete from history_journal where id = any($1)")
+            .bind(&write.settle)
+            .execute(&mut *executor)
+            .await?;
+    }
+    Ok(applied)
+}
+
+/// Multi-row inserts: one round trip per 500 rows.
+async fn insert_rows(executor: &mut sqlx::PgConnection, records: &[MemoryRecord]) -> Result<()> {
+    const COLUMN_COUNT: usize = 20;
+    for chunk in records.chunks(500) {
+        let rows: Vec<String> = (0..chunk.len())
+            .map(|row| {
+                let placeholders: Vec<String> =
+                    (1..=COLUMN_COUNT).map(|column| format!("${}", row * COLUMN_COUNT + column)).collect();
+                format!("({})", placeholders.join(", "))
+            })
+            .collect();
+        let statement = format!("insert into memories ({COLUMNS}) values {}", rows.join(", "));
+        let mut query = sqlx::query(&statement);
+        for record in chunk {
+            query = query
+                .bind(record.id)
+                .bind(&record.tenant)
+                .bind(&record.scope.user_id)
+                .bind(&record.scope.agent_id)
+                .bind(&record.scope.run_id)
+                .bind(&record.memory)
+                .bind(&record.hash)
+                .bind(serde_json::Value::Object(record.metadata.clone()))
+                .bind(record.created_at)
+                .bind(record.updated_at)
+                .bind(record.expiration_date)
+                .bind(&record.attributed_to)
+                .bind(&record.role)
+                .bind(&record.actor_id)
+                .bind(&record.memory_type)
+                .bind(&record.linked_memory_ids)
+                .bind(&record.entities)
+                .bind(&record.text_lemmatized)
+                .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
+                .bind(Vector::from(record.embedding.clone()));
+        }
+        query.execute(&mut *executor).await?;
+    }
+    Ok(())
+}
+
+async fn update_one(executor: &mut sqlx::PgConnection, record: &MemoryRecord) -> Result<()> {
+    sqlx::query(
+        "update memories set memory = $1, hash = $2, metadata = $3, created_at = $4, updated_at = $5, \
+         expiration_date = $6, embedding = $7, text_lemmatized = $10, doc_len = $11, entities = $12 \
+         where tenant = $8 and id = $9",
+    )
+    .bind(&record.memory)
+    .bind(&record.hash)
+    .bind(serde_json::Value::Object(record.metadata.clone()))
+    .bind(record.created_at)
+    .bind(record.updated_at)
+    .bind(record.expiration_date)
+    .bind(Vector::from(record.embedding.clone()))
+    .bind(&record.tenant)
+    .bind(record.id)
+    .bind(&record.text_lemmatized)
+    .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
+    .bind(&record.entities)
+    .execute(&mut *executor)
+    .await?;
+    Ok(())
+}
+
+/// The entity links of `memory_ids` with everything needed to link them again.
+async fn load_links(executor: &mut sqlx::PgConnection, memory_ids: &[Uuid]) -> Result<Vec<EntityLink>> {
+    let rows = sqlx::query(
+        "select l.memory_id, e.tenant, e.user_id, e.agent_id, e.run_id, e.entity, e.normalized, e.entity_type, \
+         e.embedding from memory_entity_links l join memories_entities e on e.id = l.entity_id \
+         where l.memory_id = any($1)",
+    )
+    .bind(memory_ids)
+    .fetch_all(&mut *executor)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let embedding: Vector = row.try_get(8)?;
+            Ok(EntityLink {
+                memory_id: row.try_get(0)?,
+                tenant: row.try_get(1)?,
+                scope: Scope { user_id: row.try_get(2)?, agent_id: row.try_get(3)?, run_id: row.try_get(4)? },
+                name: row.try_get(5)?,
+                normalized: row.try_get(6)?,
+                kind: row.try_get(7)?,
+                embedding: embedding.to_vec(),
+            })
+        })
+        .collect()
+}
+
+/// Links memories to the entity rows of their scope: the row with the same normalised name, else
+/// the most similar one at or above `merge_threshold`, else a new row. New rows are inserted with
+/// `on conflict do nothing` against the unique index on (tenant, scope, normalised name), so two
+/// writers naming the same new entity at once end up with one row (the loser reads the winner's).
+async fn add_links(executor: &mut sqlx::PgConnection, links: &[EntityLink], merge_threshold: f32) -> Result<()> {
+    const SCOPE: &str = "tenant = $1 and user_id is not distinct from $2 and agent_id is not distinct from $3 \
+                         and run_id is not distinct from $4";
+    let same_name_statement =
+        format!("select id from memories_entities where {SCOPE} and normalized = $5 limit 1 for key share");
+    for link in links {
+        let vector = Vector::from(link.embedding.clone());
+        let mut entity_id = entity_by_name(executor, &same_name_statement, link).await?;
+        if entity_id.is_none() {
+            let nearest = sqlx::query(&format!(
+                "select id, (embedding <=> $5)::float8 as distance from memories_entities where {SCOPE} \
+                 order by embedding <=> $5 limit 1 for key share"
+            ))
+            .bind(&link.tenant)
+            .bind(&link.scope.user_id)
+            .bind(&link.scope.agent_id)
+            .bind(&link.scope.run_id)
+            .bind(&vector)
+            .fetch_optional(&mut *executor)
+            .await?;
+            if let Some(row) = nearest {
+                let distance: f64 = row.try_get("distance")?;
+                if 1.0 - distance >= f64::from(merge_threshold) {
+                    entity_id = Some(row.try_get("id")?);
+                }
+            }
+        }
+        if entity_id.is_none() {
+            entity_id = sqlx::query_scalar(
+                "insert into memories_entities (id, tenant, user_id, agent_id, run_id, entity, normalized, \
+                 entity_type, embedding) values ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                 on conflict (tenant, coalesce(user_id, ''), coalesce(agent_id, ''), coalesce(run_id, ''), normalized) \
+                 where normalized <> '' do nothing returning id",
+            )
+            .bind(Uuid::now_v7())
+            .bind(&link.tenant)
+            .bind(&link.scope.user_id)
+            .bind(&link.scope.agent_id)
+            .bind(&link.scope.run_id)
+            .bind(&link.name)
+            .bind(&link.normalized)
+            .bind(&link.kind)
+            .bind(&vector)
+            .fetch_optional(&mut *executor)
+            .await?;
+        }
+        let entity_id = match entity_id {
+            Some(id) => id,
+            // A concurrent writer created the row first; it is committed now (the insert waited).
+            None => entity_by_name(executor, &same_name_statement, link)
+                .await?
+                .ok_or_else(|| Error::Internal(format!("entity `{}` neither inserted nor found", link.normalized)))?,
+        };
+        sqlx::query("insert into memory_entity_links (memory_id, entity_id) values ($1, $2) on conflict do nothing")
+            .bind(link.memory_id)
+            .bind(entity_id)
+            .execute(&mut *executor)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn entity_by_name(executor: &mut sqlx::PgConnection, statement: &str, link: &EntityLink) -> Result<Option<Uuid>> {
+    Ok(sqlx::query_scalar::<_, Uuid>(statement)
+        .bind(&link.tenant)
+        .bind(&link.scope.user_id)
+        .bind(&link.scope.agent_id)
+        .bind(&link.scope.run_id)
+        .bind(&link.normalized)
+        .fetch_optional(executor)
+        .await?)
+}
+
 fn row_to_record(row: &PgRow) -> Result<MemoryRecord> {
     let metadata: serde_json::Value = row.try_get("metadata")?;
     let serde_json::Value::Object(metadata) = metadata else {
@@ -229,6 +467,26 @@ fn row_to_record(row: &PgRow) -> Result<MemoryRecord> {
         text_lemmatized: row.try_get("text_lemmatized")?,
         embedding: embedding.to_vec(),
     })
+}
+
+/// The pool's check on every connection coming back: is its session outside any transaction?
+///
+/// A `begin()` whose future is dropped while `BEGIN` is in flight (a client that disconnects, a
+/// timeout) leaves the session inside a transaction sqlx does not know about (sqlx 0.8.6 and
+/// 0.9.0, launchbadge/sqlx#4393); handed to the next borrower, its statements would run inside
+/// it, and after one error every query on the connection would fail with 25P02. Outside a
+/// transaction block every statement is the first of its own transaction, so its
+/// `statement_timestamp()` equals `transaction_timestamp()` (documented); inside one they differ.
+/// A session in an aborted transaction fails the query instead. Either way the connection is
+/// closed rather than reused.
+async fn outside_transaction(connection: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error> {
+    let inside: bool = sqlx::query_scalar("select statement_timestamp() <> transaction_timestamp()")
+        .fetch_one(&mut *connection)
+        .await?;
+    if inside {
+        tracing::warn!("closing a postgres connection returned inside a stale transaction");
+    }
+    Ok(!inside)
 }
 
 /// What [`PgVectorStore::import`] did.
@@ -305,6 +563,7 @@ impl PgVectorStore {
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections.max(1))
             .acquire_timeout(Duration::from_secs(config.acquire_timeout_secs.max(1)))
+            .after_release(|connection, _| Box::pin(async move { outside_transaction(connection).await }))
             .connect_lazy(url)
             .map_err(|error| Error::Config(format!("invalid postgres url: {error}")))?;
         let store = Self {
@@ -381,46 +640,39 @@ impl VectorStore for PgVectorStore {
         Ok(())
     }
 
-    async fn insert(&self, records: &[MemoryRecord]) -> Result<()> {
-        const COLUMN_COUNT: usize = 20;
-        // Multi-row inserts: one round trip per 500 rows, all in one transaction.
+    async fn apply(&self, write: &WriteSet) -> Result<Applied> {
         let mut transaction = self.pool.begin().await?;
-        for chunk in records.chunks(500) {
-            let rows: Vec<String> = (0..chunk.len())
-                .map(|row| {
-                    let placeholders: Vec<String> =
-                        (1..=COLUMN_COUNT).map(|column| format!("${}", row * COLUMN_COUNT + column)).collect();
-                    format!("({})", placeholders.join(", "))
-                })
-                .collect();
-            let statement = format!("insert into memories ({COLUMNS}) values {}", rows.join(", "));
-            let mut query = sqlx::query(&statement);
-            for record in chunk {
-                query = query
-                    .bind(record.id)
-                    .bind(&record.tenant)
-                    .bind(&record.scope.user_id)
-                    .bind(&record.scope.agent_id)
-                    .bind(&record.scope.run_id)
-                    .bind(&record.memory)
-                    .bind(&record.hash)
-                    .bind(serde_json::Value::Object(record.metadata.clone()))
-                    .bind(record.created_at)
-                    .bind(record.updated_at)
-                    .bind(record.expiration_date)
-                    .bind(&record.attributed_to)
-                    .bind(&record.role)
-                    .bind(&record.actor_id)
-                    .bind(&record.memory_type)
-                    .bind(&record.linked_memory_ids)
-                    .bind(&record.entities)
-                    .bind(&record.text_lemmatized)
-                    .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
-                    .bind(Vector::from(record.embedding.clone()));
-            }
-            query.execute(&mut *transaction).await?;
-        }
+        let applied = apply_in(&mut transaction, write).await?;
         transaction.commit().await?;
+        Ok(applied)
+    }
+
+    async fn journal(&self, before: DateTime<Utc>, limit: usize) -> Result<Vec<JournalEntry>> {
+        let rows = sqlx::query(
+            "select id, tenant, memory_id, created_at, payload from history_journal where created_at < $1 \
+             order by created_at, id limit $2",
+        )
+        .bind(before)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(JournalEntry {
+                    id: row.try_get("id")?,
+                    tenant: row.try_get("tenant")?,
+                    memory_id: row.try_get("memory_id")?,
+                    created_at: row.try_get("created_at")?,
+                    payload: row.try_get("payload")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn settle(&self, ids: &[Uuid]) -> Result<()> {
+        if !ids.is_empty() {
+            sqlx::query("delete from history_journal where id = any($1)").bind(ids).execute(&self.pool).await?;
+        }
         Ok(())
     }
 
@@ -431,46 +683,6 @@ impl VectorStore for PgVectorStore {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(row_to_record).transpose()
-    }
-
-    async fn update(&self, record: &MemoryRecord) -> Result<bool> {
-        let result = sqlx::query(
-            "update memories set memory = $1, hash = $2, metadata = $3, created_at = $4, updated_at = $5, \
-             expiration_date = $6, embedding = $7, text_lemmatized = $10, doc_len = $11, entities = $12 \
-             where tenant = $8 and id = $9",
-        )
-        .bind(&record.memory)
-        .bind(&record.hash)
-        .bind(serde_json::Value::Object(record.metadata.clone()))
-        .bind(record.created_at)
-        .bind(record.updated_at)
-        .bind(record.expiration_date)
-        .bind(Vector::from(record.embedding.clone()))
-        .bind(&record.tenant)
-        .bind(record.id)
-        .bind(&record.text_lemmatized)
-        .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
-        .bind(&record.entities)
-        .execute(&self.pool)
-        .await?;
-        Ok(result.rows_affected() == 1)
-    }
-
-    async fn delete(&self, tenant: &str, ids: &[Uuid]) -> Result<u64> {
-        let mut transaction = self.pool.begin().await?;
-        let entities: Vec<Uuid> =
-            sqlx::query_scalar("select distinct entity_id from memory_entity_links where memory_id = any($1)")
-                .bind(ids)
-                .fetch_all(&mut *transaction)
-                .await?;
-        let result = sqlx::query("delete from memories where tenant = $1 and id = any($2)")
-            .bind(tenant)
-            .bind(ids)
-            .execute(&mut *transaction)
-            .await?;
-        remove_orphan_entities(&mut transaction, &entities).await?;
-        transaction.commit().await?;
-        Ok(result.rows_affected())
     }
 
     async fn delete_matching(&self, query: &ScopedQuery) -> Result<Vec<MemoryRecord>> {
@@ -492,89 +704,6 @@ impl VectorStore for PgVectorStore {
         remove_orphan_entities(&mut transaction, &entities).await?;
         transaction.commit().await?;
         Ok(records)
-    }
-
-    async fn link_entities(&self, links: &[EntityLink], replace: &[Uuid], merge_threshold: f32) -> Result<()> {
-        let mut transaction = self.pool.begin().await?;
-        let previous: Vec<Uuid> =
-            sqlx::query_scalar("select distinct entity_id from memory_entity_links where memory_id = any($1)")
-                .bind(replace)
-                .fetch_all(&mut *transaction)
-                .await?;
-        sqlx::query("delete from memory_entity_links where memory_id = any($1)")
-            .bind(replace)
-            .execute(&mut *transaction)
-            .await?;
-        const SCOPE: &str = "tenant = $1 and user_id is not distinct from $2 and agent_id is not distinct from $3 \
-                             and run_id is not distinct from $4";
-        for link in links {
-            let vector = Vector::from(link.embedding.clone());
-            let same_name: Option<Uuid> = sqlx::query_scalar(&format!(
-                "select id from memories_entities where {SCOPE} and normalized = $5 limit 1 for key share"
-            ))
-            .bind(&link.tenant)
-            .bind(&link.scope.user_id)
-            .bind(&link.scope.agent_id)
-            .bind(&link.scope.run_id)
-            .bind(&link.normalized)
-            .fetch_optional(&mut *transaction)
-            .await?;
-            let entity_id = match same_name {
-                Some(id) => id,
-                None => {
-                    let nearest = sqlx::query(&format!(
-                        "select id, (embedding <=> $5)::float8 as distance from memories_entities where {SCOPE} \
-                         order by embedding <=> $5 limit 1 for key share"
-                    ))
-                    .bind(&link.tenant)
-                    .bind(&link.scope.user_id)
-                    .bind(&link.scope.agent_id)
-                    .bind(&link.scope.run_id)
-                    .bind(&vector)
-                    .fetch_optional(&mut *transaction)
-                    .await?;
-                    let similar = match nearest {
-                        Some(row) => {
-                            let distance: f64 = row.try_get("distance")?;
-                            (1.0 - distance >= f64::from(merge_threshold)).then(|| row.try_get("id")).transpose()?
-                        }
-                        None => None,
-                    };
-                    match similar {
-                        Some(id) => id,
-                        None => {
-                            let id = Uuid::now_v7();
-                            sqlx::query(
-                                "insert into memories_entities (id, tenant, user_id, agent_id, run_id, entity, \
-                                 normalized, entity_type, embedding) values ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                            )
-                            .bind(id)
-                            .bind(&link.tenant)
-                            .bind(&link.scope.user_id)
-                            .bind(&link.scope.agent_id)
-                            .bind(&link.scope.run_id)
-                            .bind(&link.name)
-                            .bind(&link.normalized)
-                            .bind(&link.kind)
-                            .bind(&vector)
-                            .execute(&mut *transaction)
-                            .await?;
-                            id
-                        }
-                    }
-                }
-            };
-            sqlx::query(
-                "insert into memory_entity_links (memory_id, entity_id) values ($1, $2) on conflict do nothing",
-            )
-            .bind(link.memory_id)
-            .bind(entity_id)
-            .execute(&mut *transaction)
-            .await?;
-        }
-        remove_orphan_entities(&mut transaction, &previous).await?;
-        transaction.commit().await?;
-        Ok(())
     }
 
     async fn entity_memories(
@@ -782,7 +911,7 @@ impl VectorStore for PgVectorStore {
 
     async fn reset(&self, tenant: Option<&str>) -> Result<()> {
         let mut transaction = self.pool.begin().await?;
-        for table in ["memories", "memories_entities"] {
+        for table in ["memories", "memories_entities", "history_journal"] {
             match tenant {
                 Some(tenant) => {
                     sqlx::query(&format!("delete from {table} where tenant = $1"))

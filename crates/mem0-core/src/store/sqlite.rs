@@ -23,8 +23,8 @@ use uuid::Uuid;
 
 use super::sqlite_filter::{where_clause, Bind, Clause};
 use super::{
-    cosine, doc_len, term_frequencies, Cursor, EntityHit, EntityLink, EntityProbe, KeywordPostings, Page, Posting,
-    ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, VectorStore,
+    cosine, doc_len, term_frequencies, Applied, Cursor, EntityHit, EntityLink, EntityProbe, JournalEntry,
+    KeywordPostings, Page, Posting, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, VectorStore, WriteSet,
 };
 use crate::error::{Error, Result};
 use crate::scope::Scope;
@@ -88,11 +88,35 @@ create table if not exists memory_entity_links (
     primary key (memory_id, entity_id)
 ) without rowid;
 create index if not exists memory_entity_links_entity on memory_entity_links (entity_id);
+create table if not exists history_journal (
+    id text primary key,
+    tenant text not null,
+    memory_id text,
+    created_at integer not null,
+    payload text not null
+);
+create index if not exists history_journal_created on history_journal (created_at, id);
 ";
 
-/// Indexes on columns that older databases get from [`add_missing_columns`].
-const LATE_INDEXES: &str =
-    "create index if not exists memories_entities_name on memories_entities (tenant, normalized);";
+/// Indexes on columns that older databases get from [`add_missing_columns`]. Entity rows are
+/// unique per (tenant, scope, normalised name); duplicates an older version could leave behind
+/// are merged into the oldest row first.
+const LATE_INDEXES: &str = "
+create index if not exists memories_entities_name on memories_entities (tenant, normalized);
+insert or ignore into memory_entity_links (memory_id, entity_id)
+    select l.memory_id, k.keep from memory_entity_links l join (
+        select e.id, (select min(o.id) from memories_entities o where o.tenant = e.tenant
+            and ifnull(o.user_id, '') = ifnull(e.user_id, '') and ifnull(o.agent_id, '') = ifnull(e.agent_id, '')
+            and ifnull(o.run_id, '') = ifnull(e.run_id, '') and o.normalized = e.normalized) as keep
+        from memories_entities e where e.normalized <> ''
+    ) k on k.id = l.entity_id where k.keep <> k.id;
+delete from memories_entities where normalized <> '' and id <> (select min(o.id) from memories_entities o
+    where o.tenant = memories_entities.tenant and ifnull(o.user_id, '') = ifnull(memories_entities.user_id, '')
+    and ifnull(o.agent_id, '') = ifnull(memories_entities.agent_id, '')
+    and ifnull(o.run_id, '') = ifnull(memories_entities.run_id, '') and o.normalized = memories_entities.normalized);
+create unique index if not exists memories_entities_unique on memories_entities
+    (tenant, ifnull(user_id, ''), ifnull(agent_id, ''), ifnull(run_id, ''), normalized) where normalized <> '';
+";
 
 const COLUMNS: &str = "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
                        expiration_date, attributed_to, role, actor_id, memory_type, linked_memory_ids, entities, \
@@ -454,6 +478,195 @@ async fn write_terms(executor: &mut sqlx::SqliteConnection, record: &MemoryRecor
     Ok(())
 }
 
+/// Applies a write inside an open transaction (see [`WriteSet`] for the order).
+async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &WriteSet) -> Result<Applied> {
+    let mut applied = Applied::default();
+    let touched: Vec<String> = write.relink.iter().chain(&write.delete).map(Uuid::to_string).collect();
+    applied.previous_links = load_links(executor, &touched).await?;
+    let mut orphan_candidates = linked_entities(executor, &touched).await?;
+    for chunk in write.delete.chunks(FETCH_CHUNK) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let statement =
+            format!("delete from memories where +tenant = ? and id in ({placeholders}) returning {COLUMNS}");
+        let mut delete = sqlx::query(&statement).bind(&write.tenant);
+        for id in chunk {
+            delete = delete.bind(id.to_string());
+        }
+        for row in delete.fetch_all(&mut *executor).await? {
+            applied.deleted.push(row_to_record(&row)?);
+        }
+    }
+    applied.missing =
+        write.delete.iter().filter(|id| !applied.deleted.iter().any(|record| record.id == **id)).copied().collect();
+    if let (Some(missing), false) = (applied.missing.first(), write.skip_missing) {
+        return Err(Error::MemoryNotFound { id: missing.to_string() });
+    }
+    for record in &write.update {
+        let previous = sqlx::query(&format!("select {COLUMNS} from memories where tenant = ? and id = ?"))
+            .bind(&record.tenant)
+            .bind(record.id.to_string())
+            .fetch_optional(&mut *executor)
+            .await?
+            .ok_or_else(|| Error::MemoryNotFound { id: record.id.to_string() })?;
+        applied.replaced.push(row_to_record(&previous)?);
+        update_one(executor, record).await?;
+    }
+    for record in &write.insert {
+        insert_one(executor, record).await?;
+    }
+    for chunk in touched.chunks(FETCH_CHUNK) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let statement = format!("delete from memory_entity_links where memory_id in ({placeholders})");
+        let mut unlink = sqlx::query(&statement);
+        for id in chunk {
+            unlink = unlink.bind(id);
+        }
+        unlink.execute(&mut *executor).await?;
+    }
+    add_links(executor, &write.links, write.merge_threshold).await?;
+    orphan_candidates.sort();
+    orphan_candidates.dedup();
+    remove_orphan_entities(executor, &orphan_candidates).await?;
+    for entry in &write.journal {
+        if entry.memory_id.is_some_and(|id| applied.missing.contains(&id)) {
+            continue;
+        }
+        sqlx::query("insert into history_journal (id, tenant, memory_id, created_at, payload) values (?, ?, ?, ?, ?)")
+            .bind(entry.id.to_string())
+            .bind(&entry.tenant)
+            .bind(entry.memory_id.map(|id| id.to_string()))
+            .bind(micros(entry.created_at))
+            .bind(entry.payload.to_string())
+            .execute(&mut *executor)
+            .await?;
+    }
+    settle_in(executor, &write.settle).await?;
+    Ok(applied)
+}
+
+async fn settle_in(executor: &mut sqlx::SqliteConnection, ids: &[Uuid]) -> Result<()> {
+    for chunk in ids.chunks(FETCH_CHUNK) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let statement = format!("delete from history_journal where id in ({placeholders})");
+        let mut settle = sqlx::query(&statement);
+        for id in chunk {
+            settle = settle.bind(id.to_string());
+        }
+        settle.execute(&mut *executor).await?;
+    }
+    Ok(())
+}
+
+async fn update_one(executor: &mut sqlx::SqliteConnection, record: &MemoryRecord) -> Result<()> {
+    let metadata = serde_json::Value::Object(record.metadata.clone()).to_string();
+    sqlx::query(
+        "update memories set memory = ?, hash = ?, metadata = ?, created_at = ?, updated_at = ?, \
+         expiration_date = ?, text_lemmatized = ?, doc_len = ?, entities = ?, embedding = ? \
+         where tenant = ? and id = ?",
+    )
+    .bind(&record.memory)
+    .bind(&record.hash)
+    .bind(metadata)
+    .bind(micros(record.created_at))
+    .bind(micros(record.updated_at))
+    .bind(record.expiration_date.map(|date| date.format("%Y-%m-%d").to_string()))
+    .bind(&record.text_lemmatized)
+    .bind(doc_len(&record.text_lemmatized))
+    .bind(serde_json::to_string(&record.entities).unwrap_or_else(|_| "[]".to_owned()))
+    .bind(encode_embedding(&record.embedding))
+    .bind(&record.tenant)
+    .bind(record.id.to_string())
+    .execute(&mut *executor)
+    .await?;
+    write_terms(executor, record).await
+}
+
+/// The entity links of `memory_ids` with everything needed to link them again.
+async fn load_links(executor: &mut sqlx::SqliteConnection, memory_ids: &[String]) -> Result<Vec<EntityLink>> {
+    let mut links = Vec::new();
+    for chunk in memory_ids.chunks(FETCH_CHUNK) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let statement = format!(
+            "select l.memory_id, e.tenant, e.user_id, e.agent_id, e.run_id, e.entity, e.normalized, e.entity_type, \
+             e.embedding from memory_entity_links l join memories_entities e on e.id = l.entity_id \
+             where l.memory_id in ({placeholders})"
+        );
+        let mut query = sqlx::query(&statement);
+        for id in chunk {
+            query = query.bind(id);
+        }
+        for row in query.fetch_all(&mut *executor).await? {
+            let memory_id: String = row.try_get(0)?;
+            let bytes: &[u8] = row.try_get(8)?;
+            links.push(EntityLink {
+                memory_id: Uuid::parse_str(&memory_id)
+                    .map_err(|error| Error::Internal(format!("stored id {memory_id}: {error}")))?,
+                tenant: row.try_get(1)?,
+                scope: Scope { user_id: row.try_get(2)?, agent_id: row.try_get(3)?, run_id: row.try_get(4)? },
+                name: row.try_get(5)?,
+                normalized: row.try_get(6)?,
+                kind: row.try_get(7)?,
+                embedding: decode_embedding(bytes),
+            });
+        }
+    }
+    Ok(links)
+}
+
+/// Links memories to the entity rows of their scope: the row with the same normalised name, else
+/// the most similar one at or above `merge_threshold`, else a new row. Writers are serialised by
+/// `BEGIN IMMEDIATE`, so reading the scope's rows and inserting is race-free; the unique index on
+/// (tenant, scope, normalised name) holds anyway.
+async fn add_links(executor: &mut sqlx::SqliteConnection, links: &[EntityLink], merge_threshold: f32) -> Result<()> {
+    // Entity rows of each scope, loaded once per write.
+    let mut loaded: HashMap<(String, Scope), ScopeEntities> = HashMap::new();
+    for link in links {
+        let key = (link.tenant.clone(), link.scope.clone());
+        if !loaded.contains_key(&key) {
+            let rows = scope_entities(executor, &link.tenant, &link.scope, true).await?;
+            loaded.insert(key.clone(), rows);
+        }
+        let rows = loaded.get_mut(&key).ok_or_else(|| Error::Internal("entity cache".into()))?;
+        let same_name = rows.iter().find(|(_, normalized, _)| *normalized == link.normalized).map(|row| row.0.clone());
+        let similar = || {
+            rows.iter()
+                .map(|(id, _, embedding)| (id, cosine(embedding, &link.embedding)))
+                .filter(|(_, similarity)| *similarity >= merge_threshold)
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|(id, _)| id.clone())
+        };
+        let entity_id = match same_name.or_else(similar) {
+            Some(id) => id,
+            None => {
+                let id = Uuid::now_v7().to_string();
+                sqlx::query(
+                    "insert into memories_entities (id, tenant, user_id, agent_id, run_id, entity, normalized, \
+                     entity_type, embedding) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                )
+                .bind(&id)
+                .bind(&link.tenant)
+                .bind(&link.scope.user_id)
+                .bind(&link.scope.agent_id)
+                .bind(&link.scope.run_id)
+                .bind(&link.name)
+                .bind(&link.normalized)
+                .bind(&link.kind)
+                .bind(encode_embedding(&link.embedding))
+                .execute(&mut *executor)
+                .await?;
+                rows.push((id.clone(), link.normalized.clone(), link.embedding.clone()));
+                id
+            }
+        };
+        sqlx::query("insert or ignore into memory_entity_links (memory_id, entity_id) values (?, ?)")
+            .bind(link.memory_id.to_string())
+            .bind(&entity_id)
+            .execute(&mut *executor)
+            .await?;
+    }
+    Ok(())
+}
+
 /// Min-heap entry keeping the best `limit` candidates.
 struct Candidate {
     score: f32,
@@ -513,13 +726,49 @@ impl VectorStore for SqliteStore {
         }
     }
 
-    async fn insert(&self, records: &[MemoryRecord]) -> Result<()> {
+    async fn apply(&self, write: &WriteSet) -> Result<Applied> {
         let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        for record in records {
-            insert_one(&mut transaction, record).await?;
-        }
+        let applied = apply_in(&mut transaction, write).await?;
         transaction.commit().await?;
-        self.cache.put(records);
+        self.cache.remove(applied.deleted.iter().map(|record| record.id));
+        self.cache.put(&write.update);
+        self.cache.put(&write.insert);
+        Ok(applied)
+    }
+
+    async fn journal(&self, before: DateTime<Utc>, limit: usize) -> Result<Vec<JournalEntry>> {
+        let rows = sqlx::query(
+            "select id, tenant, memory_id, created_at, payload from history_journal where created_at < ? \
+             order by created_at, id limit ?",
+        )
+        .bind(micros(before))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let id: String = row.try_get("id")?;
+                let memory_id: Option<String> = row.try_get("memory_id")?;
+                let payload: String = row.try_get("payload")?;
+                let bad = |what: &str| Error::Internal(format!("journal entry {id}: bad {what}"));
+                Ok(JournalEntry {
+                    id: Uuid::parse_str(&id).map_err(|_| bad("id"))?,
+                    tenant: row.try_get("tenant")?,
+                    memory_id: memory_id.map(|id| Uuid::parse_str(&id)).transpose().map_err(|_| bad("memory id"))?,
+                    created_at: from_micros(row.try_get("created_at")?)?,
+                    payload: serde_json::from_str(&payload).map_err(|_| bad("payload"))?,
+                })
+            })
+            .collect()
+    }
+
+    async fn settle(&self, ids: &[Uuid]) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        settle_in(&mut transaction, ids).await?;
+        transaction.commit().await?;
         Ok(())
     }
 
@@ -530,58 +779,6 @@ impl VectorStore for SqliteStore {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(row_to_record).transpose()
-    }
-
-    async fn update(&self, record: &MemoryRecord) -> Result<bool> {
-        let metadata = serde_json::Value::Object(record.metadata.clone()).to_string();
-        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let result = sqlx::query(
-            "update memories set memory = ?, hash = ?, metadata = ?, created_at = ?, updated_at = ?, \
-             expiration_date = ?, text_lemmatized = ?, doc_len = ?, entities = ?, embedding = ? \
-             where tenant = ? and id = ?",
-        )
-        .bind(&record.memory)
-        .bind(&record.hash)
-        .bind(metadata)
-        .bind(micros(record.created_at))
-        .bind(micros(record.updated_at))
-        .bind(record.expiration_date.map(|date| date.format("%Y-%m-%d").to_string()))
-        .bind(&record.text_lemmatized)
-        .bind(doc_len(&record.text_lemmatized))
-        .bind(serde_json::to_string(&record.entities).unwrap_or_else(|_| "[]".to_owned()))
-        .bind(encode_embedding(&record.embedding))
-        .bind(&record.tenant)
-        .bind(record.id.to_string())
-        .execute(&mut *transaction)
-        .await?;
-        let updated = result.rows_affected() == 1;
-        if updated {
-            write_terms(&mut transaction, record).await?;
-        }
-        transaction.commit().await?;
-        if updated {
-            self.cache.put(std::slice::from_ref(record));
-        }
-        Ok(updated)
-    }
-
-    async fn delete(&self, tenant: &str, ids: &[Uuid]) -> Result<u64> {
-        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let id_texts: Vec<String> = ids.iter().map(Uuid::to_string).collect();
-        let entities = linked_entities(&mut transaction, &id_texts).await?;
-        let mut deleted = 0;
-        for id in ids {
-            deleted += sqlx::query("delete from memories where tenant = ? and id = ?")
-                .bind(tenant)
-                .bind(id.to_string())
-                .execute(&mut *transaction)
-                .await?
-                .rows_affected();
-        }
-        remove_orphan_entities(&mut transaction, &entities).await?;
-        transaction.commit().await?;
-        self.cache.remove(ids.iter().copied());
-        Ok(deleted)
     }
 
     async fn delete_matching(&self, query: &ScopedQuery) -> Result<Vec<MemoryRecord>> {
@@ -604,68 +801,6 @@ impl VectorStore for SqliteStore {
         transaction.commit().await?;
         self.cache.remove(records.iter().map(|record| record.id));
         Ok(records)
-    }
-
-    async fn link_entities(&self, links: &[EntityLink], replace: &[Uuid], merge_threshold: f32) -> Result<()> {
-        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let replaced: Vec<String> = replace.iter().map(Uuid::to_string).collect();
-        let previous = linked_entities(&mut transaction, &replaced).await?;
-        for id in &replaced {
-            sqlx::query("delete from memory_entity_links where memory_id = ?")
-                .bind(id)
-                .execute(&mut *transaction)
-                .await?;
-        }
-        // Entity rows of each scope, loaded once per call.
-        let mut loaded: HashMap<(String, Scope), ScopeEntities> = HashMap::new();
-        for link in links {
-            let key = (link.tenant.clone(), link.scope.clone());
-            if !loaded.contains_key(&key) {
-                let rows = scope_entities(&mut transaction, &link.tenant, &link.scope, true).await?;
-                loaded.insert(key.clone(), rows);
-            }
-            let rows = loaded.get_mut(&key).ok_or_else(|| Error::Internal("entity cache".into()))?;
-            let same_name =
-                rows.iter().find(|(_, normalized, _)| *normalized == link.normalized).map(|row| row.0.clone());
-            let similar = || {
-                rows.iter()
-                    .map(|(id, _, embedding)| (id, cosine(embedding, &link.embedding)))
-                    .filter(|(_, similarity)| *similarity >= merge_threshold)
-                    .max_by(|a, b| a.1.total_cmp(&b.1))
-                    .map(|(id, _)| id.clone())
-            };
-            let entity_id = match same_name.or_else(similar) {
-                Some(id) => id,
-                None => {
-                    let id = Uuid::now_v7().to_string();
-                    sqlx::query(
-                        "insert into memories_entities (id, tenant, user_id, agent_id, run_id, entity, normalized, \
-                         entity_type, embedding) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    )
-                    .bind(&id)
-                    .bind(&link.tenant)
-                    .bind(&link.scope.user_id)
-                    .bind(&link.scope.agent_id)
-                    .bind(&link.scope.run_id)
-                    .bind(&link.name)
-                    .bind(&link.normalized)
-                    .bind(&link.kind)
-                    .bind(encode_embedding(&link.embedding))
-                    .execute(&mut *transaction)
-                    .await?;
-                    rows.push((id.clone(), link.normalized.clone(), link.embedding.clone()));
-                    id
-                }
-            };
-            sqlx::query("insert or ignore into memory_entity_links (memory_id, entity_id) values (?, ?)")
-                .bind(link.memory_id.to_string())
-                .bind(&entity_id)
-                .execute(&mut *transaction)
-                .await?;
-        }
-        remove_orphan_entities(&mut transaction, &previous).await?;
-        transaction.commit().await?;
-        Ok(())
     }
 
     async fn entity_memories(
@@ -888,11 +1023,16 @@ impl VectorStore for SqliteStore {
                     .bind(tenant)
                     .execute(&mut *transaction)
                     .await?;
+                sqlx::query("delete from history_journal where tenant = ?")
+                    .bind(tenant)
+                    .execute(&mut *transaction)
+                    .await?;
             }
             None => {
                 sqlx::query("delete from memory_terms").execute(&mut *transaction).await?;
                 sqlx::query("delete from memories").execute(&mut *transaction).await?;
                 sqlx::query("delete from memories_entities").execute(&mut *transaction).await?;
+                sqlx::query("delete from history_journal").execute(&mut *transaction).await?;
             }
         }
         transaction.commit().await?;

@@ -20,6 +20,11 @@ use crate::state::AppState;
 
 /// Builds the documented router of every route.
 pub fn router() -> OpenApiRouter<AppState> {
+    api_router().merge(open_router())
+}
+
+/// The routes that need credentials (and count against the concurrency limit).
+pub fn api_router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .merge(memories::router())
         .merge(search::router())
@@ -28,7 +33,11 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(configure::router())
         .merge(entities::router())
         .merge(requests::router())
-        .merge(health::router())
+}
+
+/// Liveness and readiness: open, and never waiting for a concurrency slot.
+pub fn open_router() -> OpenApiRouter<AppState> {
+    health::router()
 }
 
 /// A memory as returned by get, list and search.

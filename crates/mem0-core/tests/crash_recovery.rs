@@ -1,0 +1,346 @@
+//! Crash drills for the write path. A child process (this test binary again) runs one write and
+//! aborts itself (`SIGABRT`, like `kill -9`: no destructor, no undo runs) at a named fail point:
+//! before the store transaction, after it (history not delivered yet), or after the history
+//! volume got the entries (journal not cleared yet). The parent then opens the same stores (a
+//! restart: [`Memory::new`] delivers what the journal holds) and checks, on both stores, that
+//! every memory has its history, that no history entry describes a change that did not happen,
+//! that buffered conversation messages arrived exactly once, and that the journal is empty.
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use mem0_core::history::HistoryStore;
+use mem0_core::providers::embedder::{Embedder, LocalEmbedder};
+use mem0_core::providers::llm::{OpenAiLlm, OpenAiLlmConfig};
+use mem0_core::store::{PgVectorConfig, PgVectorStore, SqliteStore, VectorStore};
+use mem0_core::{
+    AddRequest, Caller, ExtractionSettings, HistoryEvent, ListRequest, Memory, Message, Scope, UpdateRequest,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use uuid::Uuid;
+
+mod common;
+use common::PgDatabase;
+
+const CHILD_ENV: &str = "MEM0_CRASH_DRILL";
+const TENANT: &str = "drill";
+const VERBATIM: &str = "Crash drill: I keep bees in the garden";
+const EXTRACTED: &str = "User keeps bees in the garden";
+const UPDATED: &str = "Crash drill: the bees moved to the roof";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum Backend {
+    Sqlite,
+    Pgvector,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum Operation {
+    Add,
+    AddInferred,
+    Update,
+    Delete,
+    DeleteAll,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Drill {
+    backend: Backend,
+    data_dir: PathBuf,
+    pg_url: Option<String>,
+    operation: Operation,
+    step: String,
+    target: Option<Uuid>,
+}
+
+fn caller() -> Caller {
+    Caller::local_admin(TENANT)
+}
+
+fn scope() -> Scope {
+    Scope::new(Some("keeper"), None, None).expect("scope")
+}
+
+async fn embedder() -> Arc<dyn Embedder> {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/all-MiniLM-L6-v2"));
+    let loaded = tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir))
+        .await
+        .expect("model loading task")
+        .unwrap_or_else(|error| panic!("{error} (run scripts/fetch-model.sh)"));
+    Arc::new(loaded)
+}
+
+async fn open(drill: &Drill) -> (Memory, Arc<dyn VectorStore>, HistoryStore) {
+    let store: Arc<dyn VectorStore> = match drill.backend {
+        Backend::Sqlite => Arc::new(SqliteStore::open(&drill.data_dir.join("memories.db")).await.expect("sqlite")),
+        Backend::Pgvector => Arc::new(
+            PgVectorStore::connect(drill.pg_url.as_deref().expect("url"), &PgVectorConfig::default())
+                .await
+                .expect("postgres"),
+        ),
+    };
+    let history = HistoryStore::open(&drill.data_dir.join("history.db")).await.expect("history");
+    let memory = Memory::new(Arc::clone(&store), history.clone(), embedder().await).await.expect("memory");
+    (memory, store, history)
+}
+
+fn verbatim(text: &str) -> AddRequest {
+    AddRequest {
+        scope: scope(),
+        messages: vec![Message { role: "user".into(), content: text.into(), name: None }],
+        infer: false,
+        ..AddRequest::default()
+    }
+}
+
+/// The child: one write, aborted at the drill's step. Run only by `crash_drills`.
+#[tokio::test]
+#[ignore = "the child process of crash_drills; it aborts on purpose"]
+async fn crash_child() {
+    let spec = std::env::var(CHILD_ENV).expect("run by crash_drills, which sets MEM0_CRASH_DRILL");
+    let drill: Drill = serde_json::from_str(&spec).expect("drill");
+    let (memory, _, _) = open(&drill).await;
+    let step = drill.step.clone();
+    let memory = memory.with_fail_point(Arc::new(move |reached| {
+        if reached == step {
+            std::process::abort();
+        }
+    }));
+    let caller = caller();
+    match drill.operation {
+        Operation::Add => drop(memory.add(&caller, verbatim(VERBATIM)).await.expect("add")),
+        Operation::AddInferred => {
+            use wiremock::matchers::{method, path};
+            let llm = wiremock::MockServer::start().await;
+            let content = json!({"facts": [{"text": EXTRACTED, "entities": ["garden"]}]}).to_string();
+            wiremock::Mock::given(method("POST"))
+                .and(path("/v1/chat/completions"))
+                .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!({
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 10}
+                })))
+                .mount(&llm)
+                .await;
+            let config = OpenAiLlmConfig {
+                base_url: Some(format!("{}/v1", llm.uri())),
+                api_key: Some("sk-drill".to_owned().into()),
+                model: "fake-chat".to_owned(),
+                ..OpenAiLlmConfig::default()
+            };
+            let memory =
+                memory.with_llm(Some(Arc::new(OpenAiLlm::new(config).expect("llm"))), ExtractionSettings::default());
+            let request = AddRequest {
+                scope: scope(),
+                messages: vec![
+                    Message { role: "user".into(), content: "I keep bees in the garden".into(), name: None },
+                    Message { role: "assistant".into(), content: "Lovely, honey!".into(), name: None },
+                ],
+                infer: true,
+                ..AddRequest::default()
+            };
+            drop(memory.add(&caller, request).await.expect("add"));
+        }
+        Operation::Update => {
+            let request = UpdateRequest { text: Some(UPDATED.into()), ..UpdateRequest::default() };
+            drop(memory.update(&caller, drill.target.expect("target"), request).await.expect("update"));
+        }
+        Operation::Delete => memory.delete(&caller, drill.target.expect("target")).await.expect("delete"),
+        Operation::DeleteAll => drop(memory.delete_all(&caller, scope()).await.expect("delete all")),
+    }
+    panic!("the fail point {} was never reached", drill.step);
+}
+
+async fn listed(memory: &Memory) -> Vec<mem0_core::MemoryItem> {
+    let request = ListRequest { scope: scope(), filter: None, page_size: 1000, cursor: None, show_expired: true };
+    memory.list(&caller(), request).await.expect("list").items
+}
+
+async fn events(memory: &Memory, id: Uuid) -> Vec<HistoryEvent> {
+    match memory.history(&caller(), id).await {
+        Ok(entries) => entries.iter().map(|entry| entry.event).collect(),
+        Err(mem0_core::Error::MemoryNotFound { .. }) => Vec::new(),
+        Err(error) => panic!("history: {error}"),
+    }
+}
+
+async fn drill(backend: Backend, operation: Operation, step: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let database = match backend {
+        Backend::Pgvector => Some(PgDatabase::create().await),
+        Backend::Sqlite => None,
+    };
+    let mut drill = Drill {
+        backend,
+        data_dir: dir.path().to_path_buf(),
+        pg_url: database.as_ref().map(PgDatabase::url),
+        operation,
+        step: step.to_owned(),
+        target: None,
+    };
+    let label = format!("{backend:?} {operation:?} at {step}");
+    // Seed three memories, then close everything before the child runs.
+    let seeded: Vec<Uuid> = {
+        let (memory, _, _) = open(&drill).await;
+        let mut ids = Vec::new();
+        for text in ["Seed: the hive is blue", "Seed: the queen is marked", "Seed: honey in August"] {
+            ids.extend(memory.add(&caller(), verbatim(text)).await.expect("seed").results.iter().map(|added| added.id));
+        }
+        ids
+    };
+    drill.target = Some(seeded[0]);
+    let status = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["crash_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, serde_json::to_string(&drill).expect("spec"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run the child");
+    assert_eq!(status.signal(), Some(6), "{label}: the child must abort at the fail point, got {status:?}");
+
+    // Restart: opening the service delivers what the journal holds.
+    let (memory, store, history) = open(&drill).await;
+    let far = chrono::Utc::now() + chrono::Duration::days(1);
+    assert!(store.journal(far, 10).await.expect("journal").is_empty(), "{label}: the journal was delivered");
+    let memories = listed(&memory).await;
+    for item in &memories {
+        let events = events(&memory, item.id).await;
+        assert_eq!(events.first(), Some(&HistoryEvent::Add), "{label}: {} has its ADD: {events:?}", item.memory);
+        assert!(!events.contains(&HistoryEvent::Delete), "{label}: a live memory has no DELETE: {events:?}");
+    }
+    let texts: Vec<&str> = memories.iter().map(|item| item.memory.as_str()).collect();
+    let committed = step != "write.before_commit";
+    match operation {
+        Operation::Add => assert_eq!(texts.contains(&VERBATIM), committed, "{label}: {texts:?}"),
+        Operation::AddInferred => {
+            assert_eq!(texts.contains(&EXTRACTED), committed, "{label}: {texts:?}");
+            let session = mem0_core::extraction::session_scope(&scope());
+            let buffered = history.recent_messages(TENANT, &session, 10).await.expect("buffer");
+            assert_eq!(buffered.len(), if committed { 2 } else { 0 }, "{label}: buffered once: {buffered:?}");
+        }
+        Operation::Update => {
+            let target = memories.iter().find(|item| item.id == seeded[0]).expect("target still there");
+            let events = events(&memory, seeded[0]).await;
+            if committed {
+                assert_eq!(target.memory, UPDATED, "{label}");
+                assert_eq!(events, [HistoryEvent::Add, HistoryEvent::Update], "{label}");
+            } else {
+                assert_eq!(events, [HistoryEvent::Add], "{label}");
+            }
+        }
+        Operation::Delete => {
+            assert_eq!(!memories.iter().any(|item| item.id == seeded[0]), committed, "{label}");
+            let expected: &[HistoryEvent] =
+                if committed { &[HistoryEvent::Add, HistoryEvent::Delete] } else { &[HistoryEvent::Add] };
+            assert_eq!(events(&memory, seeded[0]).await, expected, "{label}");
+        }
+        Operation::DeleteAll => {
+            assert_eq!(memories.is_empty(), committed, "{label}: {texts:?}");
+            for id in &seeded {
+                let last = events(&memory, *id).await.last().copied();
+                assert_eq!(last == Some(HistoryEvent::Delete), committed, "{label}");
+            }
+        }
+    }
+    // Seeds that were not touched keep exactly their ADD.
+    for id in &seeded[1..] {
+        if operation != Operation::DeleteAll {
+            assert_eq!(events(&memory, *id).await, [HistoryEvent::Add], "{label}");
+        }
+    }
+    drop((memory, store, history, database));
+}
+
+#[tokio::test]
+async fn crash_drills() {
+    let operations =
+        [Operation::Add, Operation::AddInferred, Operation::Update, Operation::Delete, Operation::DeleteAll];
+    for backend in [Backend::Sqlite, Backend::Pgvector] {
+        for operation in operations {
+            for step in ["write.after_commit", "write.after_delivery"] {
+                drill(backend, operation, step).await;
+            }
+        }
+        for operation in [Operation::Add, Operation::Delete] {
+            drill(backend, operation, "write.before_commit").await;
+        }
+    }
+}
+
+/// Polls `operation` `polls` times (letting the runtime work in between) and drops it, the way a
+/// disconnecting client or a request timeout cancels a request.
+async fn cancel_after<F: std::future::Future>(operation: F, polls: usize) {
+    let mut operation = std::pin::pin!(operation);
+    for _ in 0..polls {
+        if futures::poll!(operation.as_mut()).is_ready() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Writes whose caller gives up half-way still finish as a whole: each runs on its own task, so
+/// no cancellation lands between the store transaction and the history (which would leave the
+/// change's history in the journal until the next restart).
+#[tokio::test]
+async fn abandoned_writes_finish_with_their_history() {
+    for backend in [Backend::Sqlite, Backend::Pgvector] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let database = match backend {
+            Backend::Pgvector => Some(PgDatabase::create().await),
+            Backend::Sqlite => None,
+        };
+        let drill = Drill {
+            backend,
+            data_dir: dir.path().to_path_buf(),
+            pg_url: database.as_ref().map(PgDatabase::url),
+            operation: Operation::Add,
+            step: String::new(),
+            target: None,
+        };
+        let (memory, store, _history) = open(&drill).await;
+        let caller = caller();
+        let seed = memory.add(&caller, verbatim("Seed: updated and deleted below")).await.expect("seed");
+        let target = seed.results[0].id;
+        for polls in 1..=300 {
+            match polls % 3 {
+                0 => cancel_after(memory.add(&caller, verbatim(&format!("abandoned add {polls}"))), polls).await,
+                1 => {
+                    let request =
+                        UpdateRequest { text: Some(format!("abandoned update {polls}")), ..UpdateRequest::default() };
+                    cancel_after(memory.update(&caller, target, request), polls).await;
+                }
+                _ => {
+                    let id =
+                        memory.add(&caller, verbatim(&format!("doomed {polls}"))).await.expect("add").results[0].id;
+                    cancel_after(memory.delete(&caller, id), polls).await;
+                }
+            }
+        }
+        // The abandoned writes finish in the background; then nothing is left in the journal.
+        let far = chrono::Utc::now() + chrono::Duration::days(1);
+        let mut settled = false;
+        for _ in 0..500 {
+            if store.journal(far, 1).await.expect("journal").is_empty() {
+                settled = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(settled, "{backend:?}: every abandoned write delivered its history");
+        for item in listed(&memory).await {
+            assert_eq!(
+                events(&memory, item.id).await.first(),
+                Some(&HistoryEvent::Add),
+                "{backend:?}: {}",
+                item.memory
+            );
+        }
+        let target_events = events(&memory, target).await;
+        let current = memory.get(&caller, target).await.expect("target").memory;
+        let updates = target_events.iter().filter(|event| **event == HistoryEvent::Update).count();
+        assert_eq!(updates > 0, current != "Seed: updated and deleted below", "{backend:?}: {target_events:?}");
+        drop((memory, store, database));
+    }
+}
