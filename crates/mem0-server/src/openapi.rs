@@ -67,18 +67,152 @@ fn mark_open_routes(doc: &mut utoipa::openapi::OpenApi) {
     }
 }
 
+/// The responses every operation can give besides its own, by the layers it passes (see
+/// [`crate::app`]), and the headers on every response. Declared here once for all operations.
+fn add_layer_responses(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{PathItem, RefOr};
+    for (path, item) in &mut doc.paths.paths {
+        let open = crate::guard::is_open(path);
+        let PathItem { get, put, post, delete, .. } = item;
+        for operation in [get, put, post, delete].into_iter().flatten() {
+            let has_body = operation.request_body.is_some();
+            let mut common: Vec<(&str, &str)> = vec![
+                (
+                    "403",
+                    "Refused: outside the caller's rights, a host name this server does not answer for, or a \
+                         cross-site write while authentication is disabled",
+                ),
+                (
+                    "429",
+                    "Rate limited (per principal and route class; per client address without credentials); \
+                         see `Retry-After`",
+                ),
+                ("504", "The request took longer than `server.request_timeout_secs`"),
+            ];
+            if !open {
+                common.push(("401", "No valid credentials"));
+                common.push(("503", "A store (or a provider) is unavailable; see `Retry-After`"));
+            }
+            if has_body {
+                common.push(("408", "The body did not arrive within `server.body_read_timeout_secs`"));
+                common.push(("413", "The body is larger than `server.body_limit_bytes`"));
+                common.push(("415", "The body is not `application/json`"));
+            }
+            for (status, description) in common {
+                operation
+                    .responses
+                    .responses
+                    .entry(status.to_owned())
+                    .or_insert_with(|| RefOr::T(error_response(description)));
+            }
+            for (status, response) in &mut operation.responses.responses {
+                if let RefOr::T(response) = response {
+                    add_headers(status, response);
+                }
+            }
+        }
+    }
+}
+
+fn error_response(description: &str) -> utoipa::openapi::Response {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    ResponseBuilder::new()
+        .description(description)
+        .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+        .build()
+}
+
+fn add_headers(status: &str, response: &mut utoipa::openapi::Response) {
+    use utoipa::openapi::header::HeaderBuilder;
+    use utoipa::openapi::{ObjectBuilder, Type};
+    let header = |kind: Type, description: &str| {
+        HeaderBuilder::new().schema(ObjectBuilder::new().schema_type(kind)).description(Some(description)).build()
+    };
+    let headers = &mut response.headers;
+    headers.insert(
+        "x-request-id".to_owned(),
+        header(Type::String, "The request id (a sane incoming `X-Request-ID` is kept); also in error bodies"),
+    );
+    if status == "429" || status == "503" {
+        headers.insert("retry-after".to_owned(), header(Type::Integer, "Seconds to wait before retrying"));
+    }
+    // Present whenever rate limits are on (`rate_limit.enabled` with authentication).
+    headers.insert("ratelimit-limit".to_owned(), header(Type::Integer, "Requests a minute of this route class"));
+    headers.insert("ratelimit-remaining".to_owned(), header(Type::Integer, "Requests left right now"));
+    headers.insert("ratelimit-policy".to_owned(), header(Type::String, "The limit, as `<limit>;w=60`"));
+}
+
+/// Links from responses that return memory ids to the operations taking one (generated clients
+/// and stateful fuzzers follow them).
+fn add_links(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::link::LinkBuilder;
+    use utoipa::openapi::RefOr;
+    let targets = [
+        ("GetMemory", "get_memory", "Read it"),
+        ("UpdateMemory", "update_memory", "Change it"),
+        ("MemoryHistory", "memory_history", "Its history"),
+        ("DeleteMemory", "delete_memory", "Delete it"),
+    ];
+    let sources =
+        [("/memories", "200", "$response.body#/results/0/id"), ("/search", "200", "$response.body#/results/0/id")];
+    for (path, status, expression) in sources {
+        let Some(operation) = doc.paths.paths.get_mut(path).and_then(|item| item.post.as_mut()) else { continue };
+        let Some(RefOr::T(response)) = operation.responses.responses.get_mut(status) else { continue };
+        for (name, operation_id, description) in targets {
+            let link = LinkBuilder::new()
+                .operation_id(operation_id)
+                .parameter("memory_id", expression)
+                .description(format!("{description}: the first memory of the results"))
+                .build();
+            response.links.insert(name.to_owned(), RefOr::T(link));
+        }
+    }
+}
+
 /// Returns the full OpenAPI document.
 pub fn document() -> utoipa::openapi::OpenApi {
     let (_, api) = routes::router().split_for_parts();
     let mut doc = ApiDoc::openapi();
     doc.merge(api);
     mark_open_routes(&mut doc);
+    add_layer_responses(&mut doc);
+    add_links(&mut doc);
     doc
 }
 
 /// Returns the document as pretty JSON with a trailing newline (the committed form).
 pub fn document_json() -> String {
-    let mut json = document().to_pretty_json().unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"));
+    let mut value =
+        serde_json::to_value(document()).unwrap_or_else(|error| serde_json::json!({"error": error.to_string()}));
+    camel_case_links(&mut value);
+    let mut json = serde_json::to_string_pretty(&value).unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}"));
     json.push('\n');
     json
+}
+
+/// utoipa 5 writes Link Objects' fields in snake case (`operation_id`); the specification names
+/// them `operationId`, `operationRef`, `requestBody`.
+fn camel_case_links(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::Object(links)) = map.get_mut("links") {
+                for link in links.values_mut() {
+                    if let serde_json::Value::Object(link) = link {
+                        for (from, to) in [
+                            ("operation_id", "operationId"),
+                            ("operation_ref", "operationRef"),
+                            ("request_body", "requestBody"),
+                        ] {
+                            if let Some(field) = link.remove(from) {
+                                link.insert(to.to_owned(), field);
+                            }
+                        }
+                    }
+                }
+            }
+            map.values_mut().for_each(camel_case_links);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(camel_case_links),
+        _ => {}
+    }
 }

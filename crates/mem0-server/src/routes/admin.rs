@@ -15,11 +15,23 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(reset))
 }
 
+/// What `POST /reset` wipes (schema only).
+#[derive(Debug, Clone, Copy, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum ResetScope {
+    /// The caller's tenant.
+    Tenant,
+    /// Every tenant (global admin only).
+    Global,
+}
+
 /// Query of `POST /reset`.
 #[derive(Debug, Clone, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ResetQuery {
     /// `tenant` (default) or `global` (every tenant; global admin only).
+    #[param(value_type = Option<ResetScope>, inline)]
     pub scope: Option<String>,
 }
 

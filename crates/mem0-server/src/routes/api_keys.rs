@@ -11,7 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::MessageResponse;
+use super::{MessageResponse, RoleName};
 use crate::error::{ApiError, AppJson, AppPath, ErrorBody, ErrorCode};
 use crate::state::{AppState, RequestCaller};
 
@@ -23,17 +23,19 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateApiKeyRequest {
-    /// Free text to recognise the key by.
-    #[schema(example = "support bot")]
+    /// Free text to recognise the key by (1 to 200 bytes after trimming).
+    #[schema(example = "support bot", min_length = 1)]
     pub label: String,
     /// `read`, `write` or `admin`.
-    #[schema(value_type = String, example = "write")]
+    #[schema(value_type = RoleName, example = "write")]
     pub role: Role,
     /// Only these users' memories (leave out for every user of the tenant).
     #[serde(default)]
+    #[schema(min_items = 1, max_items = 1000)]
     pub user_ids: Option<Vec<String>>,
     /// Only these agents' memories (leave out for every agent).
     #[serde(default)]
+    #[schema(min_items = 1, max_items = 1000)]
     pub agent_ids: Option<Vec<String>>,
     /// Tenant of the key; only the global admin may name another tenant than its own.
     #[serde(default)]
@@ -55,7 +57,7 @@ pub struct ApiKeyResponse {
     /// Label.
     pub label: String,
     /// `read`, `write` or `admin`.
-    #[schema(value_type = String)]
+    #[schema(value_type = RoleName)]
     pub role: Role,
     /// Allowed users (`null`: all).
     pub user_ids: Option<Vec<String>>,
@@ -153,7 +155,7 @@ pub async fn list_api_keys(
     delete,
     path = "/api-keys/{key_id}",
     tag = "admin",
-    params(("key_id" = String, Path, description = "Key id (UUID)")),
+    params(("key_id" = Uuid, Path, description = "Key id")),
     responses(
         (status = 200, description = "Revoked", body = MessageResponse),
         (status = 400, description = "Malformed id", body = ErrorBody),

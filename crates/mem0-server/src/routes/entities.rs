@@ -11,6 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::memories::DeleteAllResponse;
+use super::ScopeKindName;
 use crate::error::{ApiError, AppJson, AppPath, AppQuery, ErrorBody, ErrorCode};
 use crate::state::{AppState, RequestCaller};
 
@@ -24,10 +25,12 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
 pub struct EntitiesQuery {
     /// `user`, `agent` or `run` (all three when left out).
     #[serde(rename = "type")]
+    #[param(value_type = Option<ScopeKindName>, inline)]
     pub kind: Option<String>,
     /// The `next` token of the previous page.
     pub cursor: Option<String>,
     /// Rows per page, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
 }
 
@@ -38,6 +41,7 @@ pub struct EntityResponse {
     pub id: String,
     /// `user`, `agent` or `run`.
     #[serde(rename = "type")]
+    #[schema(value_type = ScopeKindName)]
     pub kind: String,
     /// Memories carrying it, expired included.
     pub total_memories: u64,
@@ -105,7 +109,7 @@ pub async fn list_entities(
     path = "/entities/{entity_type}/{entity_id}",
     tag = "admin",
     params(
-        ("entity_type" = String, Path, description = "`user`, `agent` or `run`"),
+        ("entity_type" = ScopeKindName, Path, description = "`user`, `agent` or `run`"),
         ("entity_id" = String, Path, description = "The id"),
     ),
     responses(

@@ -11,7 +11,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::{HistoryResponse, MemoryResponse, MessageResponse};
+use super::{HistoryResponse, MemoryResponse, MessageResponse, MessageRole, TimestampInput};
 use crate::error::{parse_memory_id, ApiError, AppJson, AppPath, AppQuery, ErrorBody};
 use crate::state::{AppState, RequestCaller};
 
@@ -47,7 +47,7 @@ pub struct ContentPart {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct MessageInput {
     /// `user`, `assistant` or `system`.
-    #[schema(example = "user")]
+    #[schema(value_type = MessageRole, example = "user")]
     pub role: String,
     /// The message text; messages with null content are skipped.
     #[serde(default)]
@@ -59,8 +59,15 @@ pub struct MessageInput {
 
 /// Body of `POST /memories`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "messages": [{"role": "user", "content": "I am allergic to peanuts"}],
+    "user_id": "alice",
+    "metadata": {"topic": "health"},
+    "infer": false
+}))]
 pub struct AddMemoriesRequest {
     /// The conversation (1 to 100 messages).
+    #[schema(min_items = 1, max_items = 100)]
     pub messages: Vec<MessageInput>,
     /// Owning user (at least one of user_id, agent_id, run_id).
     #[serde(default)]
@@ -77,6 +84,7 @@ pub struct AddMemoriesRequest {
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
     /// Last day the memories are visible (YYYY-MM-DD).
     #[serde(default)]
+    #[schema(format = Date)]
     pub expiration_date: Option<String>,
     /// Extract facts with the LLM (default true) or store every non-system message verbatim (false).
     #[serde(default)]
@@ -89,7 +97,7 @@ pub struct AddMemoriesRequest {
     pub prompt: Option<String>,
     /// When the conversation happened: RFC 3339 or Unix seconds; defaults to now.
     #[serde(default)]
-    #[schema(value_type = Option<String>, example = "2024-05-01T10:00:00Z")]
+    #[schema(value_type = Option<TimestampInput>, example = "2024-05-01T10:00:00Z")]
     pub timestamp: Option<serde_json::Value>,
 }
 
@@ -145,8 +153,10 @@ pub struct ListMemoriesQuery {
     /// Owning run.
     pub run_id: Option<String>,
     /// Rows per page, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub page_size: Option<usize>,
     /// Alias of page_size, for Mem0 clients.
+    #[param(minimum = 1, maximum = 1000)]
     pub top_k: Option<usize>,
     /// The `next` token of the previous page.
     pub cursor: Option<String>,
@@ -188,6 +198,7 @@ pub struct DeleteAllResponse {
 
 /// Body of `PUT /memories/{memory_id}`; at least one field.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[schema(min_properties = 1, example = json!({"text": "I am allergic to peanuts and tree nuts"}))]
 pub struct UpdateMemoryRequest {
     /// New text (re-embedded).
     #[serde(default)]
@@ -198,7 +209,7 @@ pub struct UpdateMemoryRequest {
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
     /// New expiration date (YYYY-MM-DD), or `null` to clear it.
     #[serde(default, deserialize_with = "present")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, format = Date)]
     pub expiration_date: Option<Option<String>>,
 }
 
@@ -399,7 +410,7 @@ pub async fn delete_all_memories(
     get,
     path = "/memories/{memory_id}",
     tag = "memories",
-    params(("memory_id" = String, Path, description = "Memory id (UUID)")),
+    params(("memory_id" = Uuid, Path, description = "Memory id")),
     responses(
         (status = 401, description = "No valid credentials", body = ErrorBody),
         (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
@@ -425,7 +436,7 @@ pub async fn get_memory(
     put,
     path = "/memories/{memory_id}",
     tag = "memories",
-    params(("memory_id" = String, Path, description = "Memory id (UUID)")),
+    params(("memory_id" = Uuid, Path, description = "Memory id")),
     request_body = UpdateMemoryRequest,
     responses(
         (status = 401, description = "No valid credentials", body = ErrorBody),
@@ -461,7 +472,7 @@ pub async fn update_memory(
     delete,
     path = "/memories/{memory_id}",
     tag = "memories",
-    params(("memory_id" = String, Path, description = "Memory id (UUID)")),
+    params(("memory_id" = Uuid, Path, description = "Memory id")),
     responses(
         (status = 401, description = "No valid credentials", body = ErrorBody),
         (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
@@ -490,7 +501,7 @@ pub async fn delete_memory(
     get,
     path = "/memories/{memory_id}/history",
     tag = "memories",
-    params(("memory_id" = String, Path, description = "Memory id (UUID)")),
+    params(("memory_id" = Uuid, Path, description = "Memory id")),
     responses(
         (status = 401, description = "No valid credentials", body = ErrorBody),
         (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),

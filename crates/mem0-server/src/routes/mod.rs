@@ -168,6 +168,57 @@ impl From<HistoryRecord> for HistoryResponse {
     }
 }
 
+/// `role` of a message (schema only; the core validates).
+#[derive(Debug, Clone, Copy, ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum MessageRole {
+    /// Said by the user.
+    User,
+    /// Said by the assistant.
+    Assistant,
+    /// Instructions; not stored verbatim.
+    System,
+}
+
+/// A kind of scope id (schema only).
+#[derive(Debug, Clone, Copy, ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum ScopeKindName {
+    /// `user_id`.
+    User,
+    /// `agent_id`.
+    Agent,
+    /// `run_id`.
+    Run,
+}
+
+/// What a key may do (schema only).
+#[derive(Debug, Clone, Copy, ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum RoleName {
+    /// Read memories.
+    Read,
+    /// Read and write memories of its scopes.
+    Write,
+    /// Everything in its tenant, including keys and scope-wide deletes.
+    Admin,
+}
+
+/// When a conversation happened (schema only): RFC 3339 text or Unix seconds.
+#[derive(Debug, Clone, serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+#[serde(untagged)]
+pub enum TimestampInput {
+    /// RFC 3339, e.g. `2024-05-01T10:00:00Z`.
+    #[schema(format = DateTime)]
+    Text(String),
+    /// Seconds since 1970-01-01 UTC.
+    Seconds(f64),
+}
+
 /// A confirmation.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct MessageResponse {

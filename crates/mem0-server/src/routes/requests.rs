@@ -20,6 +20,7 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Query)]
 pub struct RequestsQuery {
     /// Entries per page, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<usize>,
     /// The `next` value of the previous page.
     pub before: Option<i64>,

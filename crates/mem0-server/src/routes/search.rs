@@ -19,6 +19,7 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
 
 /// Body of `POST /search`.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
+#[schema(example = json!({"query": "what food should the user avoid?", "filters": {"user_id": "alice"}, "top_k": 5}))]
 pub struct SearchRequest {
     /// What to look for.
     #[schema(example = "what food should the user avoid?")]
@@ -40,12 +41,14 @@ pub struct SearchRequest {
     pub run_id: Option<String>,
     /// Most results, 1 to 1000 (default 20).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000)]
     pub top_k: Option<usize>,
     /// Lowest score returned, 0 to 1 (default 0.1). Scores are in [0, 1] and comparable across
     /// queries: in `hybrid` mode the weighted sum of semantic similarity, normalised BM25 and entity
     /// match (weights add up to 1); in `dense` mode the cosine similarity; in `keyword` mode the
     /// normalised BM25 (1 = every query term present in an average-length memory).
     #[serde(default)]
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub threshold: Option<f32>,
     /// Include expired memories (default false).
     #[serde(default)]
