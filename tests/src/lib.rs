@@ -60,19 +60,52 @@ impl StoreKind {
     pub const ALL: [StoreKind; 2] = [StoreKind::Sqlite, StoreKind::Pgvector];
 }
 
-/// Creates an empty database in the test Postgres and returns its URL.
-///
-/// # Panics
-/// When `DATABASE_URL` is unset (run `scripts/test.sh`, which starts a Postgres) or unreachable.
-pub async fn fresh_database() -> String {
-    let admin_url = std::env::var("DATABASE_URL")
-        .expect("DATABASE_URL must point at a Postgres with pgvector: run scripts/test.sh, which starts one");
-    let name = format!("mem0_test_{}", uuid::Uuid::new_v4().simple());
-    let admin = sqlx::PgPool::connect(&admin_url).await.expect("connect to the test postgres");
-    sqlx::query(&format!("create database {name}")).execute(&admin).await.expect("create database");
-    admin.close().await;
-    let (base, _) = admin_url.rsplit_once('/').expect("url with a database");
-    format!("{base}/{name}")
+/// An empty database in the test Postgres (`DATABASE_URL`, started by `scripts/test.sh`),
+/// dropped (connections and all) when the guard goes.
+#[derive(Debug)]
+pub struct TestDatabase {
+    /// Its URL.
+    pub url: String,
+    admin_url: String,
+    name: String,
+}
+
+impl TestDatabase {
+    /// Creates the database.
+    ///
+    /// # Panics
+    /// When `DATABASE_URL` is unset (run `scripts/test.sh`, which starts a Postgres) or unreachable.
+    pub async fn create() -> Self {
+        let admin_url = std::env::var("DATABASE_URL")
+            .expect("DATABASE_URL must point at a Postgres with pgvector: run scripts/test.sh, which starts one");
+        let name = format!("mem0_test_{}", uuid::Uuid::new_v4().simple());
+        let admin = sqlx::PgPool::connect(&admin_url).await.expect("connect to the test postgres");
+        sqlx::query(&format!("create database {name}")).execute(&admin).await.expect("create database");
+        admin.close().await;
+        let (base, _) = admin_url.rsplit_once('/').expect("url with a database");
+        Self { url: format!("{base}/{name}"), admin_url, name }
+    }
+
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        // The test's runtime may be shutting down: drop on a short-lived one of our own.
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            runtime.block_on(async {
+                if let Ok(pool) = sqlx::PgPool::connect(&admin_url).await {
+                    let _ = sqlx::query(&format!("drop database if exists {name} with (force)")).execute(&pool).await;
+                }
+            });
+        })
+        .join();
+    }
 }
 
 /// A running server and what a test needs to talk to it.
@@ -84,8 +117,8 @@ pub struct TestServer {
     /// Where the SQLite files live.
     pub data_dir: PathBuf,
     request_log: mem0_server::request_log::RequestLogWriter,
-    /// The Postgres database of a pgvector server.
-    pub database_url: Option<String>,
+    /// The Postgres database of a pgvector server (dropped with the server).
+    pub database: Option<TestDatabase>,
     _dir: tempfile::TempDir,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -116,15 +149,15 @@ impl TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let data_dir = dir.path().to_path_buf();
         settings.configure.state_path = data_dir.join("runtime-config.json");
-        let database_url = match kind {
+        let database = match kind {
             StoreKind::Sqlite => None,
-            StoreKind::Pgvector => Some(fresh_database().await),
+            StoreKind::Pgvector => Some(TestDatabase::create().await),
         };
-        let store: Arc<dyn VectorStore> = match &database_url {
+        let store: Arc<dyn VectorStore> = match &database {
             None => Arc::new(SqliteStore::open(&data_dir.join("memories.db")).await.expect("open store")),
-            Some(url) => {
+            Some(database) => {
                 let config = PgVectorConfig { max_connections: 4, ..PgVectorConfig::default() };
-                Arc::new(PgVectorStore::connect(url, &config).await.expect("connect to the test postgres"))
+                Arc::new(PgVectorStore::connect(&database.url, &config).await.expect("connect to the test postgres"))
             }
         };
         let history = HistoryStore::open(&data_dir.join("history.db")).await.expect("open history");
@@ -152,7 +185,7 @@ impl TestServer {
             client: reqwest::Client::new(),
             data_dir,
             request_log,
-            database_url,
+            database,
             _dir: dir,
             shutdown: Some(shutdown),
         }

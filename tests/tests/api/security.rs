@@ -14,9 +14,9 @@ use serde_json::{json, Value};
 
 const ADMIN_KEY: &str = "bootstrap-admin-key-0123456789-abcdefghij";
 const HS_SECRET: &str = "hs256-test-secret-0123456789-abcdefghijklmnop";
-const RSA_PRIVATE: &str = include_str!("../fixtures/rsa-private.pem");
-const RSA_PUBLIC: &str = include_str!("../fixtures/rsa-public.pem");
-const EC_PRIVATE: &str = include_str!("../fixtures/ec-private.pem");
+const RSA_PRIVATE: &str = include_str!("../../fixtures/rsa-private.pem");
+const RSA_PUBLIC: &str = include_str!("../../fixtures/rsa-public.pem");
+const EC_PRIVATE: &str = include_str!("../../fixtures/ec-private.pem");
 
 fn secure_settings() -> Settings {
     let mut settings = test_settings();
@@ -565,7 +565,7 @@ async fn jwks_keys_are_fetched_and_unknown_kids_refused() {
     use wiremock::matchers::{method, path};
     use wiremock::{Mock, MockServer, ResponseTemplate};
     let provider = MockServer::start().await;
-    let jwks: Value = serde_json::from_str(include_str!("../fixtures/jwks.json")).expect("jwks fixture");
+    let jwks: Value = serde_json::from_str(include_str!("../../fixtures/jwks.json")).expect("jwks fixture");
     Mock::given(method("GET"))
         .and(path("/.well-known/jwks.json"))
         .respond_with(ResponseTemplate::new(200).set_body_json(jwks))

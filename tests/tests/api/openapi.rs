@@ -18,7 +18,7 @@ fn committed_document_is_current() {
     assert!(
         committed == generated,
         "openapi/openapi.json is stale: regenerate it with `cargo run -p mem0-server -- openapi > openapi/openapi.json` \
-         (or MEM0_UPDATE_OPENAPI=1 cargo test -p mem0-http-tests --test openapi)"
+         (or MEM0_UPDATE_OPENAPI=1 cargo test -p mem0-http-tests --test api openapi::)"
     );
 }
 

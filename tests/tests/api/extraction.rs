@@ -515,7 +515,7 @@ fn status_for(code: &str) -> u16 {
 
 /// Against a real OpenAI-compatible server (e.g. a local Ollama), run explicitly:
 /// `MEM0_E2E_LLM_BASE_URL=http://localhost:11434/v1 MEM0_E2E_LLM_MODEL=qwen3:4b cargo test -p
-/// mem0-http-tests --test extraction -- --ignored end_to_end`.
+/// mem0-http-tests --test api -- --ignored extraction::end_to_end`.
 #[tokio::test]
 #[ignore = "needs a real model: set MEM0_E2E_LLM_BASE_URL (and MEM0_E2E_LLM_MODEL, MEM0_E2E_LLM_API_KEY), run with --ignored"]
 async fn end_to_end_against_a_real_model() {

@@ -2,7 +2,7 @@
 //! switches it, and the memory API behaves as on the embedded store. Needs the test Postgres
 //! (`DATABASE_URL`, started by `scripts/test.sh`).
 
-use mem0_http_tests::{fresh_database, test_settings};
+use mem0_http_tests::{test_settings, TestDatabase};
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -10,7 +10,8 @@ async fn the_memory_api_on_pgvector() {
     let dir = tempfile::tempdir().expect("temp");
     let mut settings = test_settings();
     settings.memory.vector_store.provider = mem0_core::VectorStoreProvider::Pgvector;
-    settings.memory.vector_store.pgvector.url = Some(fresh_database().await.into());
+    let database = TestDatabase::create().await;
+    settings.memory.vector_store.pgvector.url = Some(database.url.clone().into());
     settings.memory.history.path = dir.path().join("history.db");
     settings.memory.embedder.local.model_dir = mem0_http_tests::model_dir();
     settings.configure.state_path = dir.path().join("runtime-config.json");
@@ -59,7 +60,8 @@ async fn the_memory_api_on_pgvector() {
 
 #[tokio::test]
 async fn a_dimension_mismatch_on_pgvector_stops_startup() {
-    let url = fresh_database().await;
+    let database = TestDatabase::create().await;
+    let url = database.url.clone();
     let store = mem0_core::store::PgVectorStore::connect(&url, &Default::default()).await.expect("connect");
     use mem0_core::store::VectorStore as _;
     store.ensure_dimension(1536, "text-embedding-3-small").await.expect("first embedder");
@@ -142,7 +144,8 @@ impl Outage {
 
 #[tokio::test]
 async fn postgres_outage_is_503_and_recovers_without_restart() {
-    let direct = fresh_database().await;
+    let database = TestDatabase::create().await;
+    let direct = database.url.clone();
     // postgres://user@host:port/db -> route host:port through the forwarder.
     let (scheme_user, rest) = direct.split_once('@').expect("url with user");
     let (host_port, database) = rest.split_once('/').expect("url with database");
@@ -247,8 +250,8 @@ async fn requests_cut_off_mid_flight_leave_nothing_half_done() {
                 None => break,
             }
         }
-        if let Some(url) = &server.database_url {
-            let database = url.rsplit('/').next().expect("database name").to_owned();
+        if let Some(database) = &server.database {
+            let database = database.name().to_owned();
             let admin = sqlx::PgPool::connect(&std::env::var("DATABASE_URL").expect("url")).await.expect("admin");
             let stale: i64 = sqlx::query_scalar(
                 "select count(*) from pg_stat_activity where datname = $1 and state like 'idle in transaction%'",

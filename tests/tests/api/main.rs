@@ -1,0 +1,19 @@
+//! The HTTP API tests, one binary: real servers on 127.0.0.1 with real stores (SQLite in a temp
+//! dir, Postgres + pgvector from `DATABASE_URL`), the real local embedder, and wiremock fakes
+//! for the providers this machine cannot reach. One binary links the server (and candle) once.
+//! Run one area with e.g. `cargo test -p mem0-http-tests --test api security::`.
+
+mod configure;
+mod extraction;
+mod failures;
+mod filters;
+mod hybrid;
+mod memories;
+mod openapi;
+mod pagination;
+mod pgvector;
+mod reindex;
+mod rerank;
+mod search;
+mod security;
+mod startup;
