@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use chrono::{NaiveDate, Utc};
 use mem0_core::providers::embedder::{Embedder, LocalEmbedder};
 use mem0_core::scope::Scope;
-use mem0_core::store::{ScopedQuery, SqliteStore, VectorStore};
+use mem0_core::store::{MemoryRows as _, ScopedQuery, SqliteStore, VectorIndex as _, WriteSet};
 use mem0_core::types::{memory_hash, MemoryRecord, Metadata};
 use uuid::Uuid;
 
@@ -115,7 +115,7 @@ async fn bench_store(n: usize) {
                 .map(|index| memory("bench", user, index, rng.unit_vector()))
                 .collect();
             inserted += batch.len();
-            store.insert(&batch).await.expect("insert");
+            store.apply(&WriteSet::insert(&batch)).await.expect("insert");
         }
     }
     let elapsed = started.elapsed();

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{NaiveDate, Utc};
 use mem0_core::scope::Scope;
-use mem0_core::store::{PgVectorConfig, PgVectorStore, ScopedQuery, SqliteStore, VectorStore};
+use mem0_core::store::{
+    PgVectorConfig, PgVectorStore, ScopedQuery, SqliteStore, VectorIndex as _, VectorStore, WriteSet,
+};
 use mem0_core::types::{memory_hash, MemoryRecord, Metadata};
 use uuid::Uuid;
 
@@ -111,7 +113,7 @@ async fn load(name: &str, store: &dyn VectorStore, data: &Dataset, postgres: Opt
     let started = Instant::now();
     for (_, records) in &data.scopes {
         for chunk in records.chunks(1000) {
-            store.insert(chunk).await.expect("insert");
+            store.apply(&WriteSet::insert(chunk)).await.expect("insert");
         }
     }
     let elapsed = started.elapsed();

@@ -19,25 +19,6 @@ pub const LOOKUP_LEN: usize = 12;
 /// `last_used_at` is written at most this often per key, so reads do not become writes.
 const LAST_USED_RESOLUTION_SECS: i64 = 60;
 
-pub(crate) const SCHEMA: &str = r"
-create table if not exists api_keys (
-    id text primary key,
-    tenant text not null,
-    key_prefix text not null,
-    key_hash blob not null,
-    label text not null,
-    role text not null,
-    user_ids text,
-    agent_ids text,
-    created_by text not null,
-    created_at integer not null,
-    last_used_at integer,
-    revoked_at integer
-);
-create index if not exists api_keys_prefix on api_keys (key_prefix);
-create index if not exists api_keys_tenant on api_keys (tenant, created_at);
-";
-
 /// What a new key may do.
 #[derive(Debug, Clone)]
 pub struct NewApiKey {

@@ -14,48 +14,8 @@ use crate::scope::Scope;
 use crate::store::JournalEntry;
 use crate::types::{HistoryEvent, HistoryRecord, Message};
 
-const SCHEMA: &str = r"
-create table if not exists history (
-    id text primary key,
-    tenant text not null,
-    memory_id text not null,
-    user_id text,
-    agent_id text,
-    run_id text,
-    old_memory text,
-    new_memory text,
-    event text not null,
-    created_at integer not null,
-    updated_at integer,
-    is_deleted integer not null default 0,
-    actor_id text,
-    role text
-);
-create index if not exists history_memory on history (tenant, memory_id, created_at, id);
-create table if not exists messages (
-    id text primary key,
-    tenant text not null,
-    session_scope text not null,
-    role text not null,
-    content text not null,
-    name text,
-    created_at integer not null,
-    seq integer not null
-);
-create index if not exists messages_scope on messages (tenant, session_scope, created_at, seq);
-create table if not exists request_log (
-    id integer primary key autoincrement,
-    at integer not null,
-    method text not null,
-    route text not null,
-    status integer not null,
-    latency_ms real not null,
-    principal_id text,
-    tenant text
-);
-create index if not exists request_log_tenant on request_log (tenant, id);
-create index if not exists request_log_at on request_log (at);
-";
+/// The migrations of the history volume (`migrations/sqlite/history`).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite/history");
 
 /// Messages kept per conversation session in the buffer.
 pub const BUFFER_KEEP: usize = 50;
@@ -165,8 +125,7 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`] when it cannot be opened.
     pub async fn open(path: &Path) -> Result<Self> {
-        let pool = crate::store::open_sqlite(path, SCHEMA).await?;
-        sqlx::raw_sql(crate::auth::SCHEMA).execute(&pool).await?;
+        let pool = crate::store::open_sqlite(path, &MIGRATOR).await?;
         Ok(Self { pool })
     }
 

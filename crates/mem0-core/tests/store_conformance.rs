@@ -7,7 +7,10 @@ use std::collections::HashSet;
 use chrono::{Duration, NaiveDate, TimeZone, Utc};
 use mem0_core::filter::parse_filter;
 use mem0_core::scope::Scope;
-use mem0_core::store::{EntityHit, EntityLink, EntityProbe, ScopedQuery, SqliteStore, VectorStore, WriteSet};
+use mem0_core::store::{
+    EntityHit, EntityLink, EntityProbe, KeywordIndex as _, MemoryRows as _, ScopedQuery, SqliteStore, VectorIndex as _,
+    VectorStore, WriteSet,
+};
 use mem0_core::types::{memory_hash, MemoryRecord, Metadata};
 use mem0_core::Error;
 use serde_json::{json, Value};
@@ -47,6 +50,43 @@ fn record(tenant: &str, user: &str, text: &str, embedding: Vec<f32>, metadata: V
     }
 }
 
+async fn insert<S: VectorStore + ?Sized>(store: &S, records: &[MemoryRecord]) -> mem0_core::Result<()> {
+    store.apply(&WriteSet::insert(records)).await.map(|_| ())
+}
+
+/// True when the row existed and was replaced.
+async fn update<S: VectorStore + ?Sized>(store: &S, record: &MemoryRecord) -> mem0_core::Result<bool> {
+    match store.apply(&WriteSet::update(record)).await {
+        Ok(_) => Ok(true),
+        Err(Error::MemoryNotFound { .. }) => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// How many of `ids` existed and were deleted.
+async fn delete<S: VectorStore + ?Sized>(store: &S, tenant: &str, ids: &[Uuid]) -> mem0_core::Result<usize> {
+    Ok(store.apply(&WriteSet::delete(tenant, ids)).await?.deleted.len())
+}
+
+async fn relink<S: VectorStore + ?Sized>(
+    store: &S,
+    links: &[EntityLink],
+    replace: &[Uuid],
+    merge_threshold: f32,
+) -> mem0_core::Result<()> {
+    store.apply(&WriteSet::relink(links, replace, merge_threshold)).await.map(|_| ())
+}
+
+/// Deletes every memory of `query`'s scope.
+async fn delete_matching<S: VectorStore + ?Sized>(
+    store: &S,
+    query: &ScopedQuery,
+) -> mem0_core::Result<Vec<MemoryRecord>> {
+    let page = store.list(&ScopedQuery { show_expired: true, ..query.clone() }, None, 1000).await?;
+    let ids: Vec<Uuid> = page.records.iter().map(|record| record.id).collect();
+    Ok(store.apply(&WriteSet::delete(&query.tenant, &ids)).await?.deleted)
+}
+
 fn query(tenant: &str, user: &str, filter: Option<Value>) -> ScopedQuery {
     ScopedQuery {
         tenant: tenant.to_owned(),
@@ -65,10 +105,10 @@ async fn check_tenancy_and_crud(store: &dyn VectorStore) {
     mine.linked_memory_ids = vec![Uuid::now_v7(), Uuid::now_v7()];
     mine.entities = vec!["Biscuit".into(), "成都".into()];
     let theirs = record("t2", "u", "theirs", unit([1.0, 0.0, 0.0, 0.0]), json!({}), 0);
-    store.insert(&[mine.clone(), theirs.clone()]).await.expect("insert");
+    insert(store, &[mine.clone(), theirs.clone()]).await.expect("insert");
     assert_eq!(store.get("t1", mine.id).await.expect("get"), Some(mine.clone()));
     assert_eq!(store.get("t1", theirs.id).await.expect("get"), None, "another tenant's id is invisible");
-    assert_eq!(store.delete("t1", &[theirs.id]).await.expect("delete"), 0, "and cannot be deleted");
+    assert_eq!(delete(store, "t1", &[theirs.id]).await.expect("delete"), 0, "and cannot be deleted");
     let hits = store.search(&query("t1", "u", None), &unit([1.0, 0.0, 0.0, 0.0]), 10, 0.0).await.expect("search");
     assert_eq!(hits.iter().map(|hit| hit.record.memory.as_str()).collect::<Vec<_>>(), ["mine"]);
 
@@ -76,13 +116,13 @@ async fn check_tenancy_and_crud(store: &dyn VectorStore) {
     changed.memory = "changed".into();
     changed.hash = memory_hash("changed");
     changed.embedding = unit([0.0, 1.0, 0.0, 0.0]);
-    assert!(store.update(&changed).await.expect("update"));
+    assert!(update(store, &changed).await.expect("update"));
     assert_eq!(store.get("t1", mine.id).await.expect("get").map(|r| r.memory), Some("changed".into()));
     let mut foreign = changed.clone();
     foreign.tenant = "t2".into();
-    assert!(!store.update(&foreign).await.expect("update"), "updates are confined to the tenant");
+    assert!(!update(store, &foreign).await.expect("update"), "updates are confined to the tenant");
 
-    assert_eq!(store.delete("t1", &[mine.id]).await.expect("delete"), 1);
+    assert_eq!(delete(store, "t1", &[mine.id]).await.expect("delete"), 1);
     assert_eq!(store.get("t1", mine.id).await.expect("get"), None);
     store.reset(Some("t2")).await.expect("reset");
     assert_eq!(store.get("t2", theirs.id).await.expect("get"), None);
@@ -103,7 +143,7 @@ async fn check_search_is_exact_top_k(store: &dyn VectorStore) {
             index,
         ));
     }
-    store.insert(&records).await.expect("insert");
+    insert(store, &records).await.expect("insert");
     let probe = unit([1.0, 0.2, 0.1, 0.0]);
     let hits = store.search(&query("t", "small", None), &probe, 5, 0.0).await.expect("search");
     let mut expected: Vec<(f32, String)> = records
@@ -133,7 +173,7 @@ async fn check_listing_order_pages_and_expiration(store: &dyn VectorStore) {
         (0..25).map(|i| record("t", "u", &format!("r{i}"), unit([1.0, 1.0, 0.0, 0.0]), json!({}), i / 3)).collect();
     records[0].expiration_date = NaiveDate::from_ymd_opt(2026, 5, 31);
     records[1].expiration_date = NaiveDate::from_ymd_opt(2026, 6, 1);
-    store.insert(&records).await.expect("insert");
+    insert(store, &records).await.expect("insert");
     let mut seen = Vec::new();
     let mut cursor = None;
     loop {
@@ -152,7 +192,7 @@ async fn check_listing_order_pages_and_expiration(store: &dyn VectorStore) {
     let with_expired = ScopedQuery { show_expired: true, ..query("t", "u", None) };
     assert_eq!(store.list(&with_expired, None, 100).await.expect("list").records.len(), 25);
 
-    let deleted = store.delete_matching(&query("t", "u", None)).await.expect("delete");
+    let deleted = delete_matching(store, &query("t", "u", None)).await.expect("delete");
     assert_eq!(deleted.len(), 25, "scope deletes include expired rows");
     assert!(store.list(&with_expired, None, 100).await.expect("list").records.is_empty());
 }
@@ -179,8 +219,8 @@ async fn check_filters(store: &dyn VectorStore) {
         .map(|(text, metadata, minute)| record("t", "u", text, v.clone(), metadata.clone(), *minute))
         .collect();
     records[1].role = Some("assistant".into());
-    store.insert(&records).await.expect("insert");
-    store.insert(&[record("t", "other", "other user", v.clone(), json!({"n": 3}), 0)]).await.expect("insert");
+    insert(store, &records).await.expect("insert");
+    insert(store, &[record("t", "other", "other user", v.clone(), json!({"n": 3}), 0)]).await.expect("insert");
     let cases = [
         (json!({"n": 3}), vec!["alpha"]),
         (json!({"n": "3"}), vec!["gamma"]),
@@ -237,7 +277,7 @@ async fn check_scope_listing(store: &dyn VectorStore) {
         record("other", "z-user", "4", v.clone(), json!({}), 0),
     ];
     records[0].scope.agent_id = Some("agent-1".into());
-    store.insert(&records).await.expect("insert");
+    insert(store, &records).await.expect("insert");
     let users = store.scopes("t", ScopeKind::User, None, 10).await.expect("scopes");
     let summary: Vec<(&str, u64)> = users.iter().map(|s| (s.id.as_str(), s.total_memories)).collect();
     assert_eq!(summary, [("a-user", 2), ("b-user", 1)]);
@@ -265,8 +305,7 @@ async fn check_keyword_index(store: &dyn VectorStore) {
     let other_user = analysed("peanut", "peanut", "someone-else", json!({}));
     let mut other_tenant = analysed("peanut", "peanut", "u", json!({}));
     other_tenant.tenant = "t2".into();
-    store
-        .insert(&[peanut.clone(), tea.clone(), cjk.clone(), expired.clone(), other_user, other_tenant])
+    insert(store, &[peanut.clone(), tea.clone(), cjk.clone(), expired.clone(), other_user, other_tenant])
         .await
         .expect("insert");
 
@@ -295,14 +334,14 @@ async fn check_keyword_index(store: &dyn VectorStore) {
     let mut changed = peanut.clone();
     changed.memory = "likes green tea".into();
     changed.text_lemmatized = "like green tea".into();
-    assert!(store.update(&changed).await.expect("update"));
+    assert!(update(store, &changed).await.expect("update"));
     let after = store.keyword_postings(&query("t", "u", None), &terms).await.expect("postings");
     let mut ids: Vec<(Uuid, String)> = after.postings.iter().map(|p| (p.id, p.term.clone())).collect();
     ids.sort();
     let mut want = vec![(peanut.id, "tea".to_owned()), (tea.id, "tea".to_owned()), (cjk.id, "成都".to_owned())];
     want.sort();
     assert_eq!(ids, want);
-    store.delete("t", &[tea.id]).await.expect("delete");
+    delete(store, "t", &[tea.id]).await.expect("delete");
     let after = store.keyword_postings(&query("t", "u", None), &terms).await.expect("postings");
     assert_eq!(after.doc_count, 2);
     assert!(after.postings.iter().all(|p| p.id != tea.id));
@@ -327,7 +366,7 @@ async fn check_entity_links(store: &dyn VectorStore) {
     let m1 = record("t", "u", "Caroline moved from Sweden", v.clone(), json!({"kind": "a"}), 0);
     let m2 = record("t", "u", "caroline paints", v.clone(), json!({"kind": "b"}), 1);
     let m3 = record("t", "other", "Caroline elsewhere", v.clone(), json!({}), 2);
-    store.insert(&[m1.clone(), m2.clone(), m3.clone()]).await.expect("insert");
+    insert(store, &[m1.clone(), m2.clone(), m3.clone()]).await.expect("insert");
     let link = |memory: &MemoryRecord, name: &str, embedding: &Vec<f32>| EntityLink {
         memory_id: memory.id,
         tenant: memory.tenant.clone(),
@@ -337,20 +376,20 @@ async fn check_entity_links(store: &dyn VectorStore) {
         kind: "proper".to_owned(),
         embedding: embedding.clone(),
     };
-    store
-        .link_entities(
-            &[
-                link(&m1, "Caroline", &caroline),
-                link(&m1, "Sweden", &sweden),
-                link(&m2, "caroline", &caroline),
-                link(&m2, "Swedish Kingdom", &almost_sweden),
-                link(&m3, "Caroline", &caroline),
-            ],
-            &[],
-            0.95,
-        )
-        .await
-        .expect("link");
+    relink(
+        store,
+        &[
+            link(&m1, "Caroline", &caroline),
+            link(&m1, "Sweden", &sweden),
+            link(&m2, "caroline", &caroline),
+            link(&m2, "Swedish Kingdom", &almost_sweden),
+            link(&m3, "Caroline", &caroline),
+        ],
+        &[],
+        0.95,
+    )
+    .await
+    .expect("link");
     let probe =
         |name: &str, embedding: &Vec<f32>| EntityProbe { normalized: name.to_owned(), embedding: embedding.clone() };
     let hits_for = |hits: Vec<EntityHit>| {
@@ -383,21 +422,21 @@ async fn check_entity_links(store: &dyn VectorStore) {
         .expect("hits");
     assert_eq!(hits_for(hits), vec![(m2.id, 0)]);
     // Replacing m1's links removes them; deleting m2 removes its links and the now orphaned entities.
-    store.link_entities(&[], &[m1.id], 0.95).await.expect("unlink");
+    relink(store, &[], &[m1.id], 0.95).await.expect("unlink");
     let hits = store.entity_memories(&query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
     assert_eq!(hits_for(hits), vec![(m2.id, 0)]);
-    store.delete("t", &[m2.id]).await.expect("delete");
+    delete(store, "t", &[m2.id]).await.expect("delete");
     let hits = store.entity_memories(&query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
     assert!(hits.is_empty());
     // Re-linking m1 creates a fresh entity row for its scope.
-    store.link_entities(&[link(&m1, "Caroline", &caroline)], &[m1.id], 0.95).await.expect("relink");
+    relink(store, &[link(&m1, "Caroline", &caroline)], &[m1.id], 0.95).await.expect("relink");
     let hits = store.entity_memories(&query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
     assert_eq!(hits_for(hits), vec![(m1.id, 0)]);
     // The other user's entity was never touched.
     let hits =
         store.entity_memories(&query("t", "other", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
     assert_eq!(hits_for(hits), vec![(m3.id, 0)]);
-    store.delete_matching(&query("t", "other", None)).await.expect("delete scope");
+    delete_matching(store, &query("t", "other", None)).await.expect("delete scope");
     assert!(store
         .entity_memories(&query("t", "other", None), &[probe("caroline", &caroline)], 0.9)
         .await
@@ -412,7 +451,7 @@ async fn check_writes_are_all_or_nothing(store: &dyn VectorStore) {
     let v = unit([1.0, 0.0, 0.0, 0.0]);
     let kept = record("t", "u", "kept as it was", v.clone(), json!({"n": 1}), 0);
     let doomed = record("t", "u", "about to be deleted", v.clone(), json!({}), 1);
-    store.insert(&[kept.clone(), doomed.clone()]).await.expect("insert");
+    insert(store, &[kept.clone(), doomed.clone()]).await.expect("insert");
     let entity = |memory: &MemoryRecord, name: &str| EntityLink {
         memory_id: memory.id,
         tenant: memory.tenant.clone(),
@@ -422,7 +461,7 @@ async fn check_writes_are_all_or_nothing(store: &dyn VectorStore) {
         kind: "proper".to_owned(),
         embedding: unit([0.0, 1.0, 0.0, 0.0]),
     };
-    store.link_entities(&[entity(&kept, "Oslo"), entity(&doomed, "Oslo")], &[], 0.95).await.expect("link");
+    relink(store, &[entity(&kept, "Oslo"), entity(&doomed, "Oslo")], &[], 0.95).await.expect("link");
     let journal = |memory: Option<Uuid>, text: &str| mem0_core::store::JournalEntry {
         id: Uuid::now_v7(),
         tenant: "t".to_owned(),
@@ -605,7 +644,7 @@ async fn pgvector_hnsw_path_returns_a_full_top_k_for_a_small_scope() {
         ));
     }
     for chunk in records.chunks(500) {
-        hnsw_store.insert(chunk).await.expect("insert");
+        insert(&hnsw_store, chunk).await.expect("insert");
     }
     sqlx::query("analyze memories").execute(hnsw_store.pool()).await.expect("analyze");
     let probe = unit([0.2, 1.0, 0.3, 0.0]);
@@ -664,7 +703,7 @@ async fn pgvector_concurrent_links_create_one_entity_row() {
     let memories: Vec<MemoryRecord> = (0..24)
         .map(|index| record("t", "u", &format!("Zanzibar note {index}"), unit([1.0, 0.0, 0.0, 0.0]), json!({}), index))
         .collect();
-    store.insert(&memories).await.expect("insert");
+    insert(&store, &memories).await.expect("insert");
     let writers = memories.iter().map(|memory| {
         let store = store.clone();
         let link = EntityLink {
@@ -676,7 +715,7 @@ async fn pgvector_concurrent_links_create_one_entity_row() {
             kind: "proper".to_owned(),
             embedding: unit([0.0, 0.0, 0.0, 1.0]),
         };
-        tokio::spawn(async move { store.link_entities(&[link], &[], 0.95).await })
+        tokio::spawn(async move { relink(&store, &[link], &[], 0.95).await })
     });
     for result in futures::future::join_all(writers).await {
         result.expect("task").expect("link");
@@ -717,7 +756,7 @@ async fn pgvector_cancelled_operations_never_poison_the_pool() {
             record("t", "u", &format!("seeded memory {index}"), unit([1.0, index as f32, 0.0, 0.0]), json!({}), index)
         })
         .collect();
-    store.insert(&seeded).await.expect("insert");
+    insert(&store, &seeded).await.expect("insert");
     let admin = sqlx::PgPool::connect(&database.admin_url).await.expect("admin");
     let database_name = database.name.clone();
     // A cut can land anywhere: during the pool's health check, while BEGIN is in flight, between
@@ -731,7 +770,7 @@ async fn pgvector_cancelled_operations_never_poison_the_pool() {
             _ => {
                 let extra =
                     record("t", "u", &format!("written in round {round}"), unit([0.0, 1.0, 0.0, 0.0]), json!({}), 100);
-                cancel_after(store.insert(&[extra]), polls).await;
+                cancel_after(insert(&store, &[extra]), polls).await;
             }
         }
         // Wait until the connection is back in the pool (or closed), without using it: a later

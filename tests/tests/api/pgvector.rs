@@ -63,7 +63,7 @@ async fn a_dimension_mismatch_on_pgvector_stops_startup() {
     let database = TestDatabase::create().await;
     let url = database.url.clone();
     let store = mem0_core::store::PgVectorStore::connect(&url, &Default::default()).await.expect("connect");
-    use mem0_core::store::VectorStore as _;
+    use mem0_core::store::VectorIndex as _;
     store.ensure_dimension(1536, "text-embedding-3-small").await.expect("first embedder");
     let dir = tempfile::tempdir().expect("temp");
     let mut settings = test_settings();

@@ -7,7 +7,7 @@ use chrono::Utc;
 use mem0_core::history::HistoryStore;
 use mem0_core::memory::SearchMode;
 use mem0_core::scope::Scope;
-use mem0_core::store::{SqliteStore, VectorStore};
+use mem0_core::store::{MemoryRows as _, SqliteStore, WriteSet};
 use mem0_core::types::{memory_hash, MemoryRecord, Metadata};
 use mem0_core::{Caller, Memory, SearchRequest};
 use mem0_http_tests::local_embedder;
@@ -48,7 +48,7 @@ async fn old_rows_get_keyword_postings_and_entity_links() {
             embedding,
         })
         .collect();
-    store.insert(&old).await.expect("insert old rows");
+    store.apply(&WriteSet::insert(&old)).await.expect("insert old rows");
     let keyword = |query: &str| SearchRequest {
         scope: scope.clone(),
         filter: None,

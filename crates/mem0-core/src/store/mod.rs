@@ -1,9 +1,11 @@
-//! The `VectorStore` trait (memories with embeddings, scoped queries) and its implementations.
+//! Storage of memories: the store traits by capability ([`MemoryRows`], [`Journal`],
+//! [`VectorIndex`], [`KeywordIndex`], [`EntityIndex`]; [`VectorStore`] is all of them), the types
+//! they exchange, one SQL filter compiler (`sql.rs`) and the two implementations: the embedded
+//! SQLite store (`sqlite/`) and Postgres + pgvector (`pgvector/`).
 
-mod pg_filter;
 mod pgvector;
+mod sql;
 mod sqlite;
-mod sqlite_filter;
 
 use std::fmt::Debug;
 
@@ -337,6 +339,26 @@ pub struct Applied {
 }
 
 impl WriteSet {
+    /// Inserts `records`.
+    pub fn insert(records: &[MemoryRecord]) -> Self {
+        Self { insert: records.to_vec(), ..Self::default() }
+    }
+
+    /// Replaces `record` (fails with [`Error::MemoryNotFound`] when it does not exist).
+    pub fn update(record: &MemoryRecord) -> Self {
+        Self { update: vec![record.clone()], ..Self::default() }
+    }
+
+    /// Deletes `ids` of `tenant`, skipping those that do not exist.
+    pub fn delete(tenant: &str, ids: &[Uuid]) -> Self {
+        Self { tenant: tenant.to_owned(), delete: ids.to_vec(), skip_missing: true, ..Self::default() }
+    }
+
+    /// Replaces the entity links of `replace` by `links` (entities left without links go).
+    pub fn relink(links: &[EntityLink], replace: &[Uuid], merge_threshold: f32) -> Self {
+        Self { relink: replace.to_vec(), links: links.to_vec(), merge_threshold, ..Self::default() }
+    }
+
     /// The change that undoes this one once it was applied with `applied`, settling `journal`.
     pub fn inverse(&self, applied: &Applied, journal: Vec<Uuid>) -> WriteSet {
         WriteSet {
@@ -376,88 +398,19 @@ pub fn term_frequencies(text_lemmatized: &str) -> Vec<(String, u32)> {
     counts.into_iter().map(|(term, count)| (term.to_owned(), count)).collect()
 }
 
-/// Storage of memories and their embeddings. Every read and write is confined to one tenant; scoped
-/// reads are confined to one scope. Each method is atomic: it applies fully or not at all.
+/// Memory rows: their writes (each [`WriteSet`] commits rows, keyword index, entity links and
+/// journal entries in one transaction), reads by id, listing, scope aggregation. Every read and
+/// write is confined to one tenant; scoped reads to one scope.
 #[async_trait]
-pub trait VectorStore: Debug + Send + Sync + 'static {
-    /// Checks that stored embeddings have `dimension` dimensions and records it for an empty store.
-    ///
-    /// # Errors
-    /// [`Error::Config`] naming both numbers on a mismatch.
-    async fn ensure_dimension(&self, dimension: usize, model_id: &str) -> Result<()>;
-
+pub trait MemoryRows: Debug + Send + Sync + 'static {
     /// Applies a write in one transaction: all of it, or (on any error) none of it.
     async fn apply(&self, write: &WriteSet) -> Result<Applied>;
-
-    /// Journal entries written before `before`, oldest first, at most `limit`.
-    async fn journal(&self, before: DateTime<Utc>, limit: usize) -> Result<Vec<JournalEntry>>;
-
-    /// Removes journal entries (delivered ones).
-    async fn settle(&self, ids: &[Uuid]) -> Result<()>;
-
-    /// Inserts all records, or none.
-    async fn insert(&self, records: &[MemoryRecord]) -> Result<()> {
-        self.apply(&WriteSet { insert: records.to_vec(), ..WriteSet::default() }).await.map(|_| ())
-    }
 
     /// Returns the memory with `id` in `tenant`, if any.
     async fn get(&self, tenant: &str, id: Uuid) -> Result<Option<MemoryRecord>>;
 
-    /// Replaces text, hash, metadata, timestamps, expiration and embedding of an existing record
-    /// (scope and tenant never change). Returns false when it no longer exists.
-    async fn update(&self, record: &MemoryRecord) -> Result<bool> {
-        match self.apply(&WriteSet { update: vec![record.clone()], ..WriteSet::default() }).await {
-            Ok(_) => Ok(true),
-            Err(Error::MemoryNotFound { .. }) => Ok(false),
-            Err(error) => Err(error),
-        }
-    }
-
-    /// Deletes the given ids of `tenant`; returns how many existed.
-    async fn delete(&self, tenant: &str, ids: &[Uuid]) -> Result<u64> {
-        let write =
-            WriteSet { tenant: tenant.to_owned(), delete: ids.to_vec(), skip_missing: true, ..WriteSet::default() };
-        let applied = self.apply(&write).await?;
-        Ok(u64::try_from(applied.deleted.len()).unwrap_or(u64::MAX))
-    }
-
-    /// Deletes every memory matching `query` (tenant, scope, filter; expired included) and returns them.
-    async fn delete_matching(&self, query: &ScopedQuery) -> Result<Vec<MemoryRecord>>;
-
     /// Returns the memories of `tenant` with the given ids (those that exist), in no given order.
     async fn get_many(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<MemoryRecord>>;
-
-    /// Returns the keyword-index postings of `terms` among the memories matching `query`, with
-    /// the scope's size and mean analysed length.
-    async fn keyword_postings(&self, query: &ScopedQuery, terms: &[String]) -> Result<KeywordPostings>;
-
-    /// Links memories to their entities in one transaction, after removing the existing links
-    /// of the memories in `replace` (entities left without links are removed).
-    async fn link_entities(&self, links: &[EntityLink], replace: &[Uuid], merge_threshold: f32) -> Result<()> {
-        let write =
-            WriteSet { relink: replace.to_vec(), links: links.to_vec(), merge_threshold, ..WriteSet::default() };
-        self.apply(&write).await.map(|_| ())
-    }
-
-    /// Returns the memories matching `query` that are linked to an entity of the query's scope
-    /// whose normalised name equals a probe's, or whose embedding is at least `threshold`
-    /// similar to it.
-    async fn entity_memories(
-        &self,
-        query: &ScopedQuery,
-        probes: &[EntityProbe],
-        threshold: f32,
-    ) -> Result<Vec<EntityHit>>;
-
-    /// Returns the `limit` memories most similar to `vector` among those matching `query`,
-    /// best first, with similarity at least `threshold`.
-    async fn search(
-        &self,
-        query: &ScopedQuery,
-        vector: &[f32],
-        limit: usize,
-        threshold: f32,
-    ) -> Result<Vec<ScoredRecord>>;
 
     /// Returns one page of memories matching `query`, newest first (ties by id, descending).
     async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page>;
@@ -471,16 +424,76 @@ pub trait VectorStore: Debug + Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<ScopeSummary>>;
 
-    /// Deletes every memory of `tenant`, or of every tenant when `None`.
+    /// Deletes every memory (and journal entry) of `tenant`, or of every tenant when `None`.
     async fn reset(&self, tenant: Option<&str>) -> Result<()>;
-
-    /// Checks the store answers.
-    async fn ping(&self) -> Result<()>;
 
     /// Memories of every tenant without analysed text (written before the keyword index existed,
     /// or analysing to no terms), by id after `after`, at most `limit`.
     async fn unanalysed(&self, after: Option<Uuid>, limit: usize) -> Result<Vec<MemoryRecord>>;
+
+    /// Checks the store answers.
+    async fn ping(&self) -> Result<()>;
 }
+
+/// The history journal: entries written by [`MemoryRows::apply`] with the change they describe,
+/// read back until the history volume has them.
+#[async_trait]
+pub trait Journal: Send + Sync {
+    /// Journal entries written before `before`, oldest first, at most `limit`.
+    async fn journal(&self, before: DateTime<Utc>, limit: usize) -> Result<Vec<JournalEntry>>;
+
+    /// Removes journal entries (delivered ones).
+    async fn settle(&self, ids: &[Uuid]) -> Result<()>;
+}
+
+/// Nearest-neighbour search over the memories' embeddings.
+#[async_trait]
+pub trait VectorIndex: Send + Sync {
+    /// Checks that stored embeddings have `dimension` dimensions and records it for an empty store.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming both numbers on a mismatch.
+    async fn ensure_dimension(&self, dimension: usize, model_id: &str) -> Result<()>;
+
+    /// Returns the `limit` memories most similar to `vector` among those matching `query`,
+    /// best first, with similarity at least `threshold`.
+    async fn search(
+        &self,
+        query: &ScopedQuery,
+        vector: &[f32],
+        limit: usize,
+        threshold: f32,
+    ) -> Result<Vec<ScoredRecord>>;
+}
+
+/// The keyword index BM25 is computed from.
+#[async_trait]
+pub trait KeywordIndex: Send + Sync {
+    /// Returns the keyword-index postings of `terms` among the memories matching `query`, with
+    /// the scope's size and mean analysed length.
+    async fn keyword_postings(&self, query: &ScopedQuery, terms: &[String]) -> Result<KeywordPostings>;
+}
+
+/// Entity rows per scope and the memories linked to them (links are written by
+/// [`MemoryRows::apply`]).
+#[async_trait]
+pub trait EntityIndex: Send + Sync {
+    /// Returns the memories matching `query` that are linked to an entity of the query's scope
+    /// whose normalised name equals a probe's, or whose embedding is at least `threshold`
+    /// similar to it.
+    async fn entity_memories(
+        &self,
+        query: &ScopedQuery,
+        probes: &[EntityProbe],
+        threshold: f32,
+    ) -> Result<Vec<EntityHit>>;
+}
+
+/// Everything the memory service needs from a store. One SQL type implements all of the parts;
+/// another backend could combine different ones.
+pub trait VectorStore: MemoryRows + Journal + VectorIndex + KeywordIndex + EntityIndex {}
+
+impl<T: MemoryRows + Journal + VectorIndex + KeywordIndex + EntityIndex> VectorStore for T {}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,518 @@
+//! The production vector store: Postgres with pgvector. Typed, indexed columns for tenant, scope
+//! ids and timestamps, caller metadata as `jsonb`, embeddings as `vector(d)` with an HNSW cosine
+//! index. Scoped search returns a full, exact top-k: small scopes are ranked exactly (the HNSW
+//! index is bypassed), large ones use the index with pgvector 0.8 iterative scans so a filter can
+//! never starve the result (Mem0's post-filter bug, spec §17 item 8).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use pgvector::Vector;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{Postgres, Row};
+use uuid::Uuid;
+
+mod codec;
+mod import;
+mod write;
+
+use self::codec::row_to_record;
+pub use self::import::ImportReport;
+use self::write::apply_in;
+use super::sql::{where_clause, Bind, Postgres as Pg};
+use super::{
+    Applied, Cursor, EntityHit, EntityProbe, JournalEntry, KeywordPostings, Page, Posting, ScopeKind, ScopeSummary,
+    ScopedQuery, ScoredRecord, WriteSet,
+};
+use super::{EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
+use crate::error::{Error, Result};
+use crate::types::MemoryRecord;
+
+/// The migrations of the Postgres store (top-level `migrations/`).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// Scopes with at most this many rows are ranked exactly, without the HNSW index.
+pub const DEFAULT_EXACT_SEARCH_MAX_ROWS: i64 = 20_000;
+
+pub(super) const COLUMNS: &str =
+    "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
+                       expiration_date, attributed_to, role, actor_id, memory_type, linked_memory_ids, entities, \
+                       text_lemmatized, doc_len, embedding";
+
+/// Settings of the Postgres store.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PgVectorConfig {
+    /// Connection URL (env `DATABASE_URL` fills it when empty).
+    #[serde(default)]
+    pub url: Option<secrecy::SecretString>,
+    /// Most pooled connections.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// How long a request waits for a connection before `store_unavailable`.
+    #[serde(default = "default_acquire_timeout")]
+    pub acquire_timeout_secs: u64,
+    /// Apply migrations at startup.
+    #[serde(default = "default_true")]
+    pub run_migrations: bool,
+    /// Scopes up to this size are ranked exactly.
+    #[serde(default = "default_exact_max")]
+    pub exact_search_max_rows: i64,
+    /// Lowest `hnsw.ef_search` of HNSW searches (4 × top_k is used when larger, at most 1000):
+    /// higher finds more of the true top-k in large scopes, at some latency.
+    #[serde(default = "default_ef_search")]
+    pub hnsw_ef_search: usize,
+    /// `hnsw.max_scan_tuples` of iterative scans: how far a filtered HNSW search may walk before
+    /// it gives up (scopes that are a small share of a big table need more).
+    #[serde(default = "default_max_scan_tuples")]
+    pub hnsw_max_scan_tuples: u64,
+}
+
+fn default_ef_search() -> usize {
+    100
+}
+fn default_max_scan_tuples() -> u64 {
+    20_000
+}
+
+fn default_max_connections() -> u32 {
+    10
+}
+fn default_acquire_timeout() -> u64 {
+    5
+}
+fn default_true() -> bool {
+    true
+}
+fn default_exact_max() -> i64 {
+    DEFAULT_EXACT_SEARCH_MAX_ROWS
+}
+
+impl Default for PgVectorConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            max_connections: default_max_connections(),
+            acquire_timeout_secs: default_acquire_timeout(),
+            run_migrations: true,
+            exact_search_max_rows: default_exact_max(),
+            hnsw_ef_search: default_ef_search(),
+            hnsw_max_scan_tuples: default_max_scan_tuples(),
+        }
+    }
+}
+
+/// The Postgres + pgvector [`VectorStore`].
+#[derive(Debug, Clone)]
+pub struct PgVectorStore {
+    pool: PgPool,
+    exact_search_max_rows: i64,
+    ef_search: usize,
+    max_scan_tuples: u64,
+}
+
+type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
+
+fn bind_all<'q>(mut query: PgQuery<'q>, binds: &'q [Bind]) -> PgQuery<'q> {
+    for bind in binds {
+        query = match bind {
+            Bind::Text(text) => query.bind(text.as_str()),
+            Bind::Float(number) => query.bind(*number),
+            Bind::Time(at) => query.bind(*at),
+            Bind::Date(date) => query.bind(*date),
+            Bind::Uuid(id) => query.bind(*id),
+            Bind::Integer(number) => query.bind(*number),
+        };
+    }
+    query
+}
+
+/// The pool's check on every connection coming back: is its session outside any transaction?
+///
+/// A `begin()` whose future is dropped while `BEGIN` is in flight (a client that disconnects, a
+/// timeout) leaves the session inside a transaction sqlx does not know about (sqlx 0.8.6 and
+/// 0.9.0, launchbadge/sqlx#4393); handed to the next borrower, its statements would run inside
+/// it, and after one error every query on the connection would fail with 25P02. Outside a
+/// transaction block every statement is the first of its own transaction, so its
+/// `statement_timestamp()` equals `transaction_timestamp()` (documented); inside one they differ.
+/// A session in an aborted transaction fails the query instead. Either way the connection is
+/// closed rather than reused.
+async fn outside_transaction(connection: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error> {
+    let inside: bool = sqlx::query_scalar("select statement_timestamp() <> transaction_timestamp()")
+        .fetch_one(&mut *connection)
+        .await?;
+    if inside {
+        tracing::warn!("closing a postgres connection returned inside a stale transaction");
+    }
+    Ok(!inside)
+}
+
+impl PgVectorStore {
+    /// Connects (lazily: the server starts, and `/ready` reports, while Postgres is down) and,
+    /// when configured, applies the migrations.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a bad URL; [`Error::StoreUnavailable`] when migrations cannot run.
+    pub async fn connect(url: &str, config: &PgVectorConfig) -> Result<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections.max(1))
+            .acquire_timeout(Duration::from_secs(config.acquire_timeout_secs.max(1)))
+            .after_release(|connection, _| Box::pin(async move { outside_transaction(connection).await }))
+            .connect_lazy(url)
+            .map_err(|error| Error::Config(format!("invalid postgres url: {error}")))?;
+        let store = Self {
+            pool,
+            exact_search_max_rows: config.exact_search_max_rows,
+            ef_search: config.hnsw_ef_search,
+            max_scan_tuples: config.hnsw_max_scan_tuples,
+        };
+        if config.run_migrations {
+            store.migrate().await?;
+        }
+        Ok(store)
+    }
+
+    /// Applies pending migrations.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`] with the migration error.
+    pub async fn migrate(&self) -> Result<()> {
+        MIGRATOR.run(&self.pool).await.map_err(|error| Error::StoreUnavailable(format!("migrations failed: {error}")))
+    }
+
+    /// Returns the pool (for tests and tools).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl MemoryRows for PgVectorStore {
+    async fn apply(&self, write: &WriteSet) -> Result<Applied> {
+        let mut transaction = self.pool.begin().await?;
+        let applied = apply_in(&mut transaction, write).await?;
+        transaction.commit().await?;
+        Ok(applied)
+    }
+
+    async fn get(&self, tenant: &str, id: Uuid) -> Result<Option<MemoryRecord>> {
+        let row = sqlx::query(&format!("select {COLUMNS} from memories where tenant = $1 and id = $2"))
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(row_to_record).transpose()
+    }
+
+    async fn get_many(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
+        let rows = sqlx::query(&format!("select {COLUMNS} from memories where tenant = $1 and id = any($2)"))
+            .bind(tenant)
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(row_to_record).collect()
+    }
+
+    async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page> {
+        let (mut sql, mut binds) = where_clause(Pg, query, 1).into_parts();
+        if let Some(cursor) = after {
+            let next = binds.len() + 1;
+            sql.push_str(&format!(" and (created_at, id) < (${next}, ${})", next + 1));
+            binds.push(Bind::Time(cursor.created_at));
+            binds.push(Bind::Uuid(cursor.id));
+        }
+        let fetch = page_size + 1;
+        let statement =
+            format!("select {COLUMNS} from memories where {sql} order by created_at desc, id desc limit {fetch}");
+        let rows = bind_all(sqlx::query(&statement), &binds).fetch_all(&self.pool).await?;
+        Ok(Page::from_fetched(rows.iter().map(row_to_record).collect::<Result<Vec<_>>>()?, page_size))
+    }
+
+    async fn scopes(
+        &self,
+        tenant: &str,
+        kind: ScopeKind,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ScopeSummary>> {
+        let column = kind.column();
+        let statement = format!(
+            "select {column} as scope_id, count(*) as total, min(created_at) as first, max(updated_at) as last \
+             from memories where tenant = $1 and {column} is not null and {column} > $2 collate \"C\" \
+             group by {column} order by {column} collate \"C\" limit $3"
+        );
+        let rows = sqlx::query(&statement)
+            .bind(tenant)
+            .bind(after.unwrap_or(""))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let total: i64 = row.try_get("total")?;
+                let first: DateTime<Utc> = row.try_get("first")?;
+                let last: DateTime<Utc> = row.try_get("last")?;
+                Ok(ScopeSummary {
+                    kind,
+                    id: row.try_get("scope_id")?,
+                    total_memories: u64::try_from(total).unwrap_or_default(),
+                    created_at: first,
+                    updated_at: last,
+                })
+            })
+            .collect()
+    }
+
+    async fn reset(&self, tenant: Option<&str>) -> Result<()> {
+        let mut transaction = self.pool.begin().await?;
+        for table in ["memories", "memories_entities", "history_journal"] {
+            match tenant {
+                Some(tenant) => {
+                    sqlx::query(&format!("delete from {table} where tenant = $1"))
+                        .bind(tenant)
+                        .execute(&mut *transaction)
+                        .await?
+                }
+                None => sqlx::query(&format!("delete from {table}")).execute(&mut *transaction).await?,
+            };
+        }
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn unanalysed(&self, after: Option<Uuid>, limit: usize) -> Result<Vec<MemoryRecord>> {
+        let rows =
+            sqlx::query(&format!("select {COLUMNS} from memories where doc_len = 0 and id > $1 order by id limit $2"))
+                .bind(after.unwrap_or(Uuid::nil()))
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter().map(row_to_record).collect()
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query_scalar::<_, i32>("select 1").fetch_one(&self.pool).await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Journal for PgVectorStore {
+    async fn journal(&self, before: DateTime<Utc>, limit: usize) -> Result<Vec<JournalEntry>> {
+        let rows = sqlx::query(
+            "select id, tenant, memory_id, created_at, payload from history_journal where created_at < $1 \
+             order by created_at, id limit $2",
+        )
+        .bind(before)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(JournalEntry {
+                    id: row.try_get("id")?,
+                    tenant: row.try_get("tenant")?,
+                    memory_id: row.try_get("memory_id")?,
+                    created_at: row.try_get("created_at")?,
+                    payload: row.try_get("payload")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn settle(&self, ids: &[Uuid]) -> Result<()> {
+        if !ids.is_empty() {
+            sqlx::query("delete from history_journal where id = any($1)").bind(ids).execute(&self.pool).await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl VectorIndex for PgVectorStore {
+    async fn ensure_dimension(&self, dimension: usize, model_id: &str) -> Result<()> {
+        let wanted = i32::try_from(dimension).map_err(|_| Error::Config(format!("dimension {dimension} too large")))?;
+        let mut transaction = self.pool.begin().await?;
+        // One server at a time fixes the dimension.
+        sqlx::query("select pg_advisory_xact_lock(7262101)").execute(&mut *transaction).await?;
+        let stored: i32 = sqlx::query_scalar(
+            "select atttypmod from pg_attribute where attrelid = 'memories'::regclass and attname = 'embedding'",
+        )
+        .fetch_one(&mut *transaction)
+        .await?;
+        if stored > 0 {
+            if stored != wanted {
+                let model: Option<String> =
+                    sqlx::query_scalar("select value from store_meta where key = 'embedding_model'")
+                        .fetch_optional(&mut *transaction)
+                        .await?;
+                return Err(Error::Config(format!(
+                    "the postgres table memories has vector({stored}) embeddings (model {}) but the configured \
+                     embedder {model_id} produces {dimension} dimensions; use the original embedder or a new database",
+                    model.unwrap_or_else(|| "unknown".to_owned())
+                )));
+            }
+            return Ok(());
+        }
+        for table in ["memories", "memories_entities"] {
+            sqlx::query(&format!("alter table {table} alter column embedding type vector({wanted})"))
+                .execute(&mut *transaction)
+                .await?;
+        }
+        sqlx::query(
+            "create index if not exists memories_embedding_hnsw on memories using hnsw (embedding vector_cosine_ops)",
+        )
+        .execute(&mut *transaction)
+        .await?;
+        sqlx::query(
+            "insert into store_meta (key, value) values ('embedding_dimension', $1), ('embedding_model', $2) \
+             on conflict (key) do update set value = excluded.value",
+        )
+        .bind(dimension.to_string())
+        .bind(model_id)
+        .execute(&mut *transaction)
+        .await?;
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn search(
+        &self,
+        query: &ScopedQuery,
+        vector: &[f32],
+        limit: usize,
+        threshold: f32,
+    ) -> Result<Vec<ScoredRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let clause = where_clause(Pg, query, 2);
+        let limit_placeholder = format!("${}", clause.next_index());
+        let (sql, binds) = clause.into_parts();
+        let mut transaction = self.pool.begin().await?;
+        // Plan with the actual scope values: a generic plan sees "one of a few users" and picks a
+        // sequential scan, 50 ms instead of 1 ms for a small scope in a big table.
+        sqlx::query("set local plan_cache_mode = force_custom_plan").execute(&mut *transaction).await?;
+        let count_statement = format!("select count(*) from (select 1 from memories where {sql} limit $1) as scoped");
+        let scoped: i64 = bind_all(sqlx::query(&count_statement).bind(self.exact_search_max_rows + 1), &binds)
+            .fetch_one(&mut *transaction)
+            .await?
+            .try_get(0)?;
+        let limit_i64 = i64::try_from(limit).unwrap_or(i64::MAX);
+        let order = if scoped <= self.exact_search_max_rows {
+            // `+ 0` hides the expression from the planner: an exact ranking of the scope's rows.
+            "(embedding <=> $1) + 0"
+        } else {
+            // The HNSW index with iterative scans: it keeps scanning until enough rows pass the filter.
+            sqlx::query("set local hnsw.iterative_scan = relaxed_order").execute(&mut *transaction).await?;
+            let ef_search = (limit * 4).max(self.ef_search).clamp(10, 1000);
+            sqlx::query(&format!("set local hnsw.ef_search = {ef_search}")).execute(&mut *transaction).await?;
+            sqlx::query(&format!("set local hnsw.max_scan_tuples = {}", self.max_scan_tuples.max(1)))
+                .execute(&mut *transaction)
+                .await?;
+            "embedding <=> $1"
+        };
+        let statement = format!(
+            "select {COLUMNS}, embedding <=> $1 as distance from memories where {sql} order by {order} limit {limit_placeholder}"
+        );
+        let rows = bind_all(sqlx::query(&statement).bind(Vector::from(vector.to_vec())), &binds)
+            .bind(limit_i64)
+            .fetch_all(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
+        let mut scored = rows
+            .iter()
+            .map(|row| {
+                let distance: f64 = row.try_get("distance")?;
+                Ok(ScoredRecord { record: row_to_record(row)?, score: (1.0 - distance).clamp(0.0, 1.0) as f32 })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // Relaxed iterative scans may return rows slightly out of order.
+        scored.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.record.id.cmp(&b.record.id)));
+        scored.retain(|hit| hit.score >= threshold);
+        Ok(scored)
+    }
+}
+
+#[async_trait]
+impl KeywordIndex for PgVectorStore {
+    async fn keyword_postings(&self, query: &ScopedQuery, terms: &[String]) -> Result<KeywordPostings> {
+        let (sql, binds) = where_clause(Pg, query, 2).into_parts();
+        let mut transaction = self.pool.begin().await?;
+        sqlx::query("set local plan_cache_mode = force_custom_plan").execute(&mut *transaction).await?;
+        // $1 is unused by the statistics query; binding it keeps one numbering for both.
+        let stats = format!(
+            "select count(*), coalesce(avg(doc_len), 0)::float8 from memories where {sql} and $1::text[] is not null"
+        );
+        let row = bind_all(sqlx::query(&stats).bind(terms), &binds).fetch_one(&mut *transaction).await?;
+        let doc_count: i64 = row.try_get(0)?;
+        let avg_doc_len: f64 = row.try_get(1)?;
+        if doc_count == 0 || terms.is_empty() {
+            transaction.commit().await?;
+            return Ok(KeywordPostings {
+                doc_count: u64::try_from(doc_count).unwrap_or(0),
+                avg_doc_len,
+                postings: Vec::new(),
+            });
+        }
+        // `terms && $1` uses the GIN index on the analysed terms; unnest counts each term's frequency.
+        let statement = format!(
+            "select id, u.term, count(*)::int8 as tf, doc_len::int8 from memories \
+             cross join lateral unnest(terms) as u(term) \
+             where {sql} and terms && $1::text[] and u.term = any($1::text[]) \
+             group by id, doc_len, u.term"
+        );
+        let rows = bind_all(sqlx::query(&statement).bind(terms), &binds).fetch_all(&mut *transaction).await?;
+        transaction.commit().await?;
+        let postings = rows
+            .iter()
+            .map(|row| {
+                let tf: i64 = row.try_get(2)?;
+                let doc_len: i64 = row.try_get(3)?;
+                Ok(Posting {
+                    id: row.try_get(0)?,
+                    term: row.try_get(1)?,
+                    tf: u32::try_from(tf).unwrap_or(0),
+                    doc_len: u32::try_from(doc_len).unwrap_or(0),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KeywordPostings { doc_count: u64::try_from(doc_count).unwrap_or(0), avg_doc_len, postings })
+    }
+}
+
+#[async_trait]
+impl EntityIndex for PgVectorStore {
+    async fn entity_memories(
+        &self,
+        query: &ScopedQuery,
+        probes: &[EntityProbe],
+        threshold: f32,
+    ) -> Result<Vec<EntityHit>> {
+        let pairs = query.scope.pairs();
+        let (sql, binds) = where_clause(Pg, query, 5 + pairs.len()).into_parts();
+        let scope: String =
+            pairs.iter().enumerate().map(|(index, (column, _))| format!(" and e.{column} = ${}", 5 + index)).collect();
+        let statement = format!(
+            "select distinct l.memory_id from memories_entities e join memory_entity_links l on l.entity_id = e.id \
+             where e.tenant = $1 {scope} and (e.normalized = $2 or (e.embedding <=> $3) <= $4) \
+             and l.memory_id in (select id from memories where {sql})"
+        );
+        let mut hits = Vec::new();
+        for (index, probe) in probes.iter().enumerate() {
+            let mut fetch = sqlx::query(&statement)
+                .bind(&query.tenant)
+                .bind(&probe.normalized)
+                .bind(Vector::from(probe.embedding.clone()))
+                .bind(1.0 - f64::from(threshold));
+            for (_, value) in &pairs {
+                fetch = fetch.bind(*value);
+            }
+            for row in bind_all(fetch, &binds).fetch_all(&self.pool).await? {
+                hits.push(EntityHit { memory_id: row.try_get(0)?, probe: index });
+            }
+        }
+        Ok(hits)
+    }
+}

@@ -1,0 +1,280 @@
+//! Writes of the Postgres store, inside one transaction: memory rows (the keyword index is a
+//! generated column), entity rows and links, the history journal.
+
+use pgvector::Vector;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::codec::row_to_record;
+use super::COLUMNS;
+use crate::error::{Error, Result};
+use crate::scope::Scope;
+use crate::store::{doc_len, Applied, EntityLink, WriteSet};
+use crate::types::MemoryRecord;
+
+/// Removes those of `entity_ids` that no memory links to any more.
+pub(super) async fn remove_orphan_entities(executor: &mut sqlx::PgConnection, entity_ids: &[Uuid]) -> Result<()> {
+    if entity_ids.is_empty() {
+        return Ok(());
+    }
+    // Lock the candidates first: a concurrent link to one of them holds a key-share lock until it
+    // commits, and the delete below (a new statement, so a new snapshot) then sees that link.
+    sqlx::query("select id from memories_entities where id = any($1) order by id for update")
+        .bind(entity_ids)
+        .fetch_all(&mut *executor)
+        .await?;
+    sqlx::query(
+        "delete from memories_entities e where e.id = any($1) \
+         and not exists (select 1 from memory_entity_links l where l.entity_id = e.id)",
+    )
+    .bind(entity_ids)
+    .execute(&mut *executor)
+    .await?;
+    Ok(())
+}
+
+/// Applies a write inside an open transaction (see [`WriteSet`] for the order).
+pub(super) async fn apply_in(executor: &mut sqlx::PgConnection, write: &WriteSet) -> Result<Applied> {
+    let mut applied = Applied::default();
+    let touched: Vec<Uuid> = write.relink.iter().chain(&write.delete).copied().collect();
+    if !touched.is_empty() {
+        applied.previous_links = load_links(executor, &touched).await?;
+    }
+    let orphan_candidates: Vec<Uuid> = if touched.is_empty() {
+        Vec::new()
+    } else {
+        sqlx::query_scalar("select distinct entity_id from memory_entity_links where memory_id = any($1)")
+            .bind(&touched)
+            .fetch_all(&mut *executor)
+            .await?
+    };
+    if !write.delete.is_empty() {
+        let rows = sqlx::query(&format!("delete from memories where tenant = $1 and id = any($2) returning {COLUMNS}"))
+            .bind(&write.tenant)
+            .bind(&write.delete)
+            .fetch_all(&mut *executor)
+            .await?;
+        applied.deleted = rows.iter().map(row_to_record).collect::<Result<Vec<_>>>()?;
+    }
+    applied.missing =
+        write.delete.iter().filter(|id| !applied.deleted.iter().any(|record| record.id == **id)).copied().collect();
+    if let (Some(missing), false) = (applied.missing.first(), write.skip_missing) {
+        return Err(Error::MemoryNotFound { id: missing.to_string() });
+    }
+    for record in &write.update {
+        let previous = sqlx::query(&format!("select {COLUMNS} from memories where tenant = $1 and id = $2 for update"))
+            .bind(&record.tenant)
+            .bind(record.id)
+            .fetch_optional(&mut *executor)
+            .await?
+            .ok_or_else(|| Error::MemoryNotFound { id: record.id.to_string() })?;
+        applied.replaced.push(row_to_record(&previous)?);
+        update_one(executor, record).await?;
+    }
+    insert_rows(executor, &write.insert).await?;
+    if !write.relink.is_empty() {
+        sqlx::query("delete from memory_entity_links where memory_id = any($1)")
+            .bind(&write.relink)
+            .execute(&mut *executor)
+            .await?;
+    }
+    add_links(executor, &write.links, write.merge_threshold).await?;
+    remove_orphan_entities(executor, &orphan_candidates).await?;
+    for entry in &write.journal {
+        if entry.memory_id.is_some_and(|id| applied.missing.contains(&id)) {
+            continue;
+        }
+        sqlx::query(
+            "insert into history_journal (id, tenant, memory_id, created_at, payload) values ($1, $2, $3, $4, $5)",
+        )
+        .bind(entry.id)
+        .bind(&entry.tenant)
+        .bind(entry.memory_id)
+        .bind(entry.created_at)
+        .bind(&entry.payload)
+        .execute(&mut *executor)
+        .await?;
+    }
+    if !write.settle.is_empty() {
+        sqlx::query("delete from history_journal where id = any($1)")
+            .bind(&write.settle)
+            .execute(&mut *executor)
+            .await?;
+    }
+    Ok(applied)
+}
+
+/// Multi-row inserts: one round trip per 500 rows.
+pub(super) async fn insert_rows(executor: &mut sqlx::PgConnection, records: &[MemoryRecord]) -> Result<()> {
+    const COLUMN_COUNT: usize = 20;
+    for chunk in records.chunks(500) {
+        let rows: Vec<String> = (0..chunk.len())
+            .map(|row| {
+                let placeholders: Vec<String> =
+                    (1..=COLUMN_COUNT).map(|column| format!("${}", row * COLUMN_COUNT + column)).collect();
+                format!("({})", placeholders.join(", "))
+            })
+            .collect();
+        let statement = format!("insert into memories ({COLUMNS}) values {}", rows.join(", "));
+        let mut query = sqlx::query(&statement);
+        for record in chunk {
+            query = query
+                .bind(record.id)
+                .bind(&record.tenant)
+                .bind(&record.scope.user_id)
+                .bind(&record.scope.agent_id)
+                .bind(&record.scope.run_id)
+                .bind(&record.memory)
+                .bind(&record.hash)
+                .bind(serde_json::Value::Object(record.metadata.clone()))
+                .bind(record.created_at)
+                .bind(record.updated_at)
+                .bind(record.expiration_date)
+                .bind(&record.attributed_to)
+                .bind(&record.role)
+                .bind(&record.actor_id)
+                .bind(&record.memory_type)
+                .bind(&record.linked_memory_ids)
+                .bind(&record.entities)
+                .bind(&record.text_lemmatized)
+                .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
+                .bind(Vector::from(record.embedding.clone()));
+        }
+        query.execute(&mut *executor).await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn update_one(executor: &mut sqlx::PgConnection, record: &MemoryRecord) -> Result<()> {
+    sqlx::query(
+        "update memories set memory = $1, hash = $2, metadata = $3, created_at = $4, updated_at = $5, \
+         expiration_date = $6, embedding = $7, text_lemmatized = $10, doc_len = $11, entities = $12 \
+         where tenant = $8 and id = $9",
+    )
+    .bind(&record.memory)
+    .bind(&record.hash)
+    .bind(serde_json::Value::Object(record.metadata.clone()))
+    .bind(record.created_at)
+    .bind(record.updated_at)
+    .bind(record.expiration_date)
+    .bind(Vector::from(record.embedding.clone()))
+    .bind(&record.tenant)
+    .bind(record.id)
+    .bind(&record.text_lemmatized)
+    .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
+    .bind(&record.entities)
+    .execute(&mut *executor)
+    .await?;
+    Ok(())
+}
+
+/// The entity links of `memory_ids` with everything needed to link them again.
+pub(super) async fn load_links(executor: &mut sqlx::PgConnection, memory_ids: &[Uuid]) -> Result<Vec<EntityLink>> {
+    let rows = sqlx::query(
+        "select l.memory_id, e.tenant, e.user_id, e.agent_id, e.run_id, e.entity, e.normalized, e.entity_type, \
+         e.embedding from memory_entity_links l join memories_entities e on e.id = l.entity_id \
+         where l.memory_id = any($1)",
+    )
+    .bind(memory_ids)
+    .fetch_all(&mut *executor)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let embedding: Vector = row.try_get(8)?;
+            Ok(EntityLink {
+                memory_id: row.try_get(0)?,
+                tenant: row.try_get(1)?,
+                scope: Scope { user_id: row.try_get(2)?, agent_id: row.try_get(3)?, run_id: row.try_get(4)? },
+                name: row.try_get(5)?,
+                normalized: row.try_get(6)?,
+                kind: row.try_get(7)?,
+                embedding: embedding.to_vec(),
+            })
+        })
+        .collect()
+}
+
+/// Links memories to the entity rows of their scope: the row with the same normalised name, else
+/// the most similar one at or above `merge_threshold`, else a new row. New rows are inserted with
+/// `on conflict do nothing` against the unique index on (tenant, scope, normalised name), so two
+/// writers naming the same new entity at once end up with one row (the loser reads the winner's).
+pub(super) async fn add_links(
+    executor: &mut sqlx::PgConnection,
+    links: &[EntityLink],
+    merge_threshold: f32,
+) -> Result<()> {
+    const SCOPE: &str = "tenant = $1 and user_id is not distinct from $2 and agent_id is not distinct from $3 \
+                         and run_id is not distinct from $4";
+    let same_name_statement =
+        format!("select id from memories_entities where {SCOPE} and normalized = $5 limit 1 for key share");
+    for link in links {
+        let vector = Vector::from(link.embedding.clone());
+        let mut entity_id = entity_by_name(executor, &same_name_statement, link).await?;
+        if entity_id.is_none() {
+            let nearest = sqlx::query(&format!(
+                "select id, (embedding <=> $5)::float8 as distance from memories_entities where {SCOPE} \
+                 order by embedding <=> $5 limit 1 for key share"
+            ))
+            .bind(&link.tenant)
+            .bind(&link.scope.user_id)
+            .bind(&link.scope.agent_id)
+            .bind(&link.scope.run_id)
+            .bind(&vector)
+            .fetch_optional(&mut *executor)
+            .await?;
+            if let Some(row) = nearest {
+                let distance: f64 = row.try_get("distance")?;
+                if 1.0 - distance >= f64::from(merge_threshold) {
+                    entity_id = Some(row.try_get("id")?);
+                }
+            }
+        }
+        if entity_id.is_none() {
+            entity_id = sqlx::query_scalar(
+                "insert into memories_entities (id, tenant, user_id, agent_id, run_id, entity, normalized, \
+                 entity_type, embedding) values ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                 on conflict (tenant, coalesce(user_id, ''), coalesce(agent_id, ''), coalesce(run_id, ''), normalized) \
+                 where normalized <> '' do nothing returning id",
+            )
+            .bind(Uuid::now_v7())
+            .bind(&link.tenant)
+            .bind(&link.scope.user_id)
+            .bind(&link.scope.agent_id)
+            .bind(&link.scope.run_id)
+            .bind(&link.name)
+            .bind(&link.normalized)
+            .bind(&link.kind)
+            .bind(&vector)
+            .fetch_optional(&mut *executor)
+            .await?;
+        }
+        let entity_id = match entity_id {
+            Some(id) => id,
+            // A concurrent writer created the row first; it is committed now (the insert waited).
+            None => entity_by_name(executor, &same_name_statement, link)
+                .await?
+                .ok_or_else(|| Error::Internal(format!("entity `{}` neither inserted nor found", link.normalized)))?,
+        };
+        sqlx::query("insert into memory_entity_links (memory_id, entity_id) values ($1, $2) on conflict do nothing")
+            .bind(link.memory_id)
+            .bind(entity_id)
+            .execute(&mut *executor)
+            .await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn entity_by_name(
+    executor: &mut sqlx::PgConnection,
+    statement: &str,
+    link: &EntityLink,
+) -> Result<Option<Uuid>> {
+    Ok(sqlx::query_scalar::<_, Uuid>(statement)
+        .bind(&link.tenant)
+        .bind(&link.scope.user_id)
+        .bind(&link.scope.agent_id)
+        .bind(&link.scope.run_id)
+        .bind(&link.normalized)
+        .fetch_optional(executor)
+        .await?)
+}

@@ -1,0 +1,328 @@
+//! Writes of the embedded store, inside one `BEGIN IMMEDIATE` transaction: memory rows with their
+//! keyword postings, entity rows and links, the history journal.
+
+use std::collections::HashMap;
+
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::codec::{decode_embedding, encode_embedding, micros, row_to_record};
+use super::{COLUMNS, FETCH_CHUNK};
+use crate::error::{Error, Result};
+use crate::scope::Scope;
+use crate::store::{cosine, doc_len, term_frequencies, Applied, EntityLink, WriteSet};
+use crate::types::MemoryRecord;
+
+/// Entity ids linked to any of `ids` (read before the memories are deleted).
+pub(super) async fn linked_entities(executor: &mut sqlx::SqliteConnection, ids: &[String]) -> Result<Vec<String>> {
+    let mut entities = Vec::new();
+    for chunk in ids.chunks(FETCH_CHUNK) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let statement =
+            format!("select distinct entity_id from memory_entity_links where memory_id in ({placeholders})");
+        let mut query = sqlx::query_scalar::<_, String>(&statement);
+        for id in chunk {
+            query = query.bind(id);
+        }
+        entities.extend(query.fetch_all(&mut *executor).await?);
+    }
+    Ok(entities)
+}
+
+/// Removes those of `entity_ids` that no memory links to any more.
+pub(super) async fn remove_orphan_entities(executor: &mut sqlx::SqliteConnection, entity_ids: &[String]) -> Result<()> {
+    for chunk in entity_ids.chunks(FETCH_CHUNK) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let statement = format!(
+            "delete from memories_entities where id in ({placeholders}) \
+             and not exists (select 1 from memory_entity_links l where l.entity_id = memories_entities.id)"
+        );
+        let mut query = sqlx::query(&statement);
+        for id in chunk {
+            query = query.bind(id);
+        }
+        query.execute(&mut *executor).await?;
+    }
+    Ok(())
+}
+
+/// Entity rows of a scope: (id, normalised name, embedding).
+pub(super) type ScopeEntities = Vec<(String, String, Vec<f32>)>;
+
+/// Entity rows of `scope`: with `exact`, rows of exactly these ids (absent ones absent, as
+/// entities are stored per scope); otherwise every row under the present ids (as searches read).
+pub(super) async fn scope_entities(
+    executor: &mut sqlx::SqliteConnection,
+    tenant: &str,
+    scope: &Scope,
+    exact: bool,
+) -> Result<ScopeEntities> {
+    let mut statement = "select id, normalized, embedding from memories_entities where tenant = ?".to_owned();
+    let columns = [("user_id", &scope.user_id), ("agent_id", &scope.agent_id), ("run_id", &scope.run_id)];
+    for (column, value) in columns {
+        match value {
+            Some(_) => statement.push_str(&format!(" and {column} = ?")),
+            None if exact => statement.push_str(&format!(" and {column} is null")),
+            None => {}
+        }
+    }
+    let mut query = sqlx::query(&statement).bind(tenant);
+    for value in columns.iter().filter_map(|(_, value)| value.as_ref()) {
+        query = query.bind(value);
+    }
+    query
+        .fetch_all(&mut *executor)
+        .await?
+        .iter()
+        .map(|row| {
+            let bytes: &[u8] = row.try_get(2)?;
+            Ok((row.try_get(0)?, row.try_get(1)?, decode_embedding(bytes)))
+        })
+        .collect()
+}
+
+pub(super) async fn insert_one(executor: &mut sqlx::SqliteConnection, record: &MemoryRecord) -> Result<()> {
+    let metadata = serde_json::Value::Object(record.metadata.clone()).to_string();
+    sqlx::query(&format!(
+        "insert into memories ({COLUMNS}) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ))
+    .bind(record.id.to_string())
+    .bind(&record.tenant)
+    .bind(&record.scope.user_id)
+    .bind(&record.scope.agent_id)
+    .bind(&record.scope.run_id)
+    .bind(&record.memory)
+    .bind(&record.hash)
+    .bind(metadata)
+    .bind(micros(record.created_at))
+    .bind(micros(record.updated_at))
+    .bind(record.expiration_date.map(|date| date.format("%Y-%m-%d").to_string()))
+    .bind(&record.attributed_to)
+    .bind(&record.role)
+    .bind(&record.actor_id)
+    .bind(&record.memory_type)
+    .bind(serde_json::to_string(&record.linked_memory_ids).unwrap_or_else(|_| "[]".to_owned()))
+    .bind(serde_json::to_string(&record.entities).unwrap_or_else(|_| "[]".to_owned()))
+    .bind(&record.text_lemmatized)
+    .bind(doc_len(&record.text_lemmatized))
+    .bind(encode_embedding(&record.embedding))
+    .execute(&mut *executor)
+    .await?;
+    write_terms(executor, record).await
+}
+
+/// Writes the keyword-index rows of a record (after removing any old ones).
+pub(super) async fn write_terms(executor: &mut sqlx::SqliteConnection, record: &MemoryRecord) -> Result<()> {
+    sqlx::query("delete from memory_terms where memory_id = ?")
+        .bind(record.id.to_string())
+        .execute(&mut *executor)
+        .await?;
+    let terms = term_frequencies(&record.text_lemmatized);
+    // 4 parameters a row; SQLite allows 32766 per statement.
+    for chunk in terms.chunks(500) {
+        let rows = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
+        let statement = format!("insert into memory_terms (tenant, term, memory_id, tf) values {rows}");
+        let mut insert = sqlx::query(&statement);
+        for (term, tf) in chunk {
+            insert = insert.bind(&record.tenant).bind(term).bind(record.id.to_string()).bind(i64::from(*tf));
+        }
+        insert.execute(&mut *executor).await?;
+    }
+    Ok(())
+}
+
+/// Applies a write inside an open transaction (see [`WriteSet`] for the order).
+pub(super) async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &WriteSet) -> Result<Applied> {
+    let mut applied = Applied::default();
+    let touched: Vec<String> = write.relink.iter().chain(&write.delete).map(Uuid::to_string).collect();
+    applied.previous_links = load_links(executor, &touched).await?;
+    let mut orphan_candidates = linked_entities(executor, &touched).await?;
+    for chunk in write.delete.chunks(FETCH_CHUNK) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let statement =
+            format!("delete from memories where +tenant = ? and id in ({placeholders}) returning {COLUMNS}");
+        let mut delete = sqlx::query(&statement).bind(&write.tenant);
+        for id in chunk {
+            delete = delete.bind(id.to_string());
+        }
+        for row in delete.fetch_all(&mut *executor).await? {
+            applied.deleted.push(row_to_record(&row)?);
+        }
+    }
+    applied.missing =
+        write.delete.iter().filter(|id| !applied.deleted.iter().any(|record| record.id == **id)).copied().collect();
+    if let (Some(missing), false) = (applied.missing.first(), write.skip_missing) {
+        return Err(Error::MemoryNotFound { id: missing.to_string() });
+    }
+    for record in &write.update {
+        let previous = sqlx::query(&format!("select {COLUMNS} from memories where tenant = ? and id = ?"))
+            .bind(&record.tenant)
+            .bind(record.id.to_string())
+            .fetch_optional(&mut *executor)
+            .await?
+            .ok_or_else(|| Error::MemoryNotFound { id: record.id.to_string() })?;
+        applied.replaced.push(row_to_record(&previous)?);
+        update_one(executor, record).await?;
+    }
+    for record in &write.insert {
+        insert_one(executor, record).await?;
+    }
+    for chunk in touched.chunks(FETCH_CHUNK) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let statement = format!("delete from memory_entity_links where memory_id in ({placeholders})");
+        let mut unlink = sqlx::query(&statement);
+        for id in chunk {
+            unlink = unlink.bind(id);
+        }
+        unlink.execute(&mut *executor).await?;
+    }
+    add_links(executor, &write.links, write.merge_threshold).await?;
+    orphan_candidates.sort();
+    orphan_candidates.dedup();
+    remove_orphan_entities(executor, &orphan_candidates).await?;
+    for entry in &write.journal {
+        if entry.memory_id.is_some_and(|id| applied.missing.contains(&id)) {
+            continue;
+        }
+        sqlx::query("insert into history_journal (id, tenant, memory_id, created_at, payload) values (?, ?, ?, ?, ?)")
+            .bind(entry.id.to_string())
+            .bind(&entry.tenant)
+            .bind(entry.memory_id.map(|id| id.to_string()))
+            .bind(micros(entry.created_at))
+            .bind(entry.payload.to_string())
+            .execute(&mut *executor)
+            .await?;
+    }
+    settle_in(executor, &write.settle).await?;
+    Ok(applied)
+}
+
+pub(super) async fn settle_in(executor: &mut sqlx::SqliteConnection, ids: &[Uuid]) -> Result<()> {
+    for chunk in ids.chunks(FETCH_CHUNK) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let statement = format!("delete from history_journal where id in ({placeholders})");
+        let mut settle = sqlx::query(&statement);
+        for id in chunk {
+            settle = settle.bind(id.to_string());
+        }
+        settle.execute(&mut *executor).await?;
+    }
+    Ok(())
+}
+
+pub(super) async fn update_one(executor: &mut sqlx::SqliteConnection, record: &MemoryRecord) -> Result<()> {
+    let metadata = serde_json::Value::Object(record.metadata.clone()).to_string();
+    sqlx::query(
+        "update memories set memory = ?, hash = ?, metadata = ?, created_at = ?, updated_at = ?, \
+         expiration_date = ?, text_lemmatized = ?, doc_len = ?, entities = ?, embedding = ? \
+         where tenant = ? and id = ?",
+    )
+    .bind(&record.memory)
+    .bind(&record.hash)
+    .bind(metadata)
+    .bind(micros(record.created_at))
+    .bind(micros(record.updated_at))
+    .bind(record.expiration_date.map(|date| date.format("%Y-%m-%d").to_string()))
+    .bind(&record.text_lemmatized)
+    .bind(doc_len(&record.text_lemmatized))
+    .bind(serde_json::to_string(&record.entities).unwrap_or_else(|_| "[]".to_owned()))
+    .bind(encode_embedding(&record.embedding))
+    .bind(&record.tenant)
+    .bind(record.id.to_string())
+    .execute(&mut *executor)
+    .await?;
+    write_terms(executor, record).await
+}
+
+/// The entity links of `memory_ids` with everything needed to link them again.
+pub(super) async fn load_links(
+    executor: &mut sqlx::SqliteConnection,
+    memory_ids: &[String],
+) -> Result<Vec<EntityLink>> {
+    let mut links = Vec::new();
+    for chunk in memory_ids.chunks(FETCH_CHUNK) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let statement = format!(
+            "select l.memory_id, e.tenant, e.user_id, e.agent_id, e.run_id, e.entity, e.normalized, e.entity_type, \
+             e.embedding from memory_entity_links l join memories_entities e on e.id = l.entity_id \
+             where l.memory_id in ({placeholders})"
+        );
+        let mut query = sqlx::query(&statement);
+        for id in chunk {
+            query = query.bind(id);
+        }
+        for row in query.fetch_all(&mut *executor).await? {
+            let memory_id: String = row.try_get(0)?;
+            let bytes: &[u8] = row.try_get(8)?;
+            links.push(EntityLink {
+                memory_id: Uuid::parse_str(&memory_id)
+                    .map_err(|error| Error::Internal(format!("stored id {memory_id}: {error}")))?,
+                tenant: row.try_get(1)?,
+                scope: Scope { user_id: row.try_get(2)?, agent_id: row.try_get(3)?, run_id: row.try_get(4)? },
+                name: row.try_get(5)?,
+                normalized: row.try_get(6)?,
+                kind: row.try_get(7)?,
+                embedding: decode_embedding(bytes),
+            });
+        }
+    }
+    Ok(links)
+}
+
+/// Links memories to the entity rows of their scope: the row with the same normalised name, else
+/// the most similar one at or above `merge_threshold`, else a new row. Writers are serialised by
+/// `BEGIN IMMEDIATE`, so reading the scope's rows and inserting is race-free; the unique index on
+/// (tenant, scope, normalised name) holds anyway.
+pub(super) async fn add_links(
+    executor: &mut sqlx::SqliteConnection,
+    links: &[EntityLink],
+    merge_threshold: f32,
+) -> Result<()> {
+    // Entity rows of each scope, loaded once per write.
+    let mut loaded: HashMap<(String, Scope), ScopeEntities> = HashMap::new();
+    for link in links {
+        let key = (link.tenant.clone(), link.scope.clone());
+        if !loaded.contains_key(&key) {
+            let rows = scope_entities(executor, &link.tenant, &link.scope, true).await?;
+            loaded.insert(key.clone(), rows);
+        }
+        let rows = loaded.get_mut(&key).ok_or_else(|| Error::Internal("entity cache".into()))?;
+        let same_name = rows.iter().find(|(_, normalized, _)| *normalized == link.normalized).map(|row| row.0.clone());
+        let similar = || {
+            rows.iter()
+                .map(|(id, _, embedding)| (id, cosine(embedding, &link.embedding)))
+                .filter(|(_, similarity)| *similarity >= merge_threshold)
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|(id, _)| id.clone())
+        };
+        let entity_id = match same_name.or_else(similar) {
+            Some(id) => id,
+            None => {
+                let id = Uuid::now_v7().to_string();
+                sqlx::query(
+                    "insert into memories_entities (id, tenant, user_id, agent_id, run_id, entity, normalized, \
+                     entity_type, embedding) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                )
+                .bind(&id)
+                .bind(&link.tenant)
+                .bind(&link.scope.user_id)
+                .bind(&link.scope.agent_id)
+                .bind(&link.scope.run_id)
+                .bind(&link.name)
+                .bind(&link.normalized)
+                .bind(&link.kind)
+                .bind(encode_embedding(&link.embedding))
+                .execute(&mut *executor)
+                .await?;
+                rows.push((id.clone(), link.normalized.clone(), link.embedding.clone()));
+                id
+            }
+        };
+        sqlx::query("insert or ignore into memory_entity_links (memory_id, entity_id) values (?, ?)")
+            .bind(link.memory_id.to_string())
+            .bind(&entity_id)
+            .execute(&mut *executor)
+            .await?;
+    }
+    Ok(())
+}
