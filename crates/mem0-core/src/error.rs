@@ -23,6 +23,9 @@ pub enum Error {
     /// The caller may not perform this operation on this scope.
     #[error("forbidden: {0}")]
     Forbidden(String),
+    /// A row changed between reading it and writing it (a guarded write was refused).
+    #[error("conflict: {0}")]
+    Conflict(String),
     /// An embedding or LLM provider failed.
     #[error("{0}")]
     Provider(#[from] ProviderError),

@@ -20,6 +20,9 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/
 /// Messages kept per conversation session in the buffer.
 pub const BUFFER_KEEP: usize = 50;
 
+/// Days a delivered batch is remembered (a journal entry older than that was long delivered).
+const BATCH_MARKER_DAYS: i64 = 30;
+
 /// Conversation messages to buffer for a session (the context of later extractions).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BufferedMessages {
@@ -34,6 +37,27 @@ pub struct BufferedMessages {
     pub at: DateTime<Utc>,
     /// The messages, in order.
     pub messages: Vec<Message>,
+}
+
+/// The `&key=value&` pieces a session key (see [`crate::extraction::session_scope`]) of a
+/// session under `scope` contains, once wrapped in `&`.
+fn session_pairs(scope: &Scope) -> Vec<String> {
+    scope
+        .pairs()
+        .iter()
+        .map(|(key, value)| {
+            let escaped = value.replace('%', "%25").replace('&', "%26").replace('=', "%3D");
+            format!("&{key}={escaped}&")
+        })
+        .collect()
+}
+
+/// True when the session key `session` belongs to a session under `scope` (it holds each of the
+/// scope's ids), e.g. every session of a user for `user_id=u`.
+pub fn session_under(session: &str, scope: &Scope) -> bool {
+    let wrapped = format!("&{session}&");
+    let pairs = session_pairs(scope);
+    !pairs.is_empty() && pairs.iter().all(|pair| wrapped.contains(pair.as_str()))
 }
 
 /// What a journal entry carries to the history volume (see [`crate::store::JournalEntry`]).
@@ -245,7 +269,24 @@ impl HistoryStore {
             .execute(&mut *transaction)
             .await?;
         }
+        if !buffered.is_empty() {
+            let forgotten = Utc::now() - chrono::Duration::days(BATCH_MARKER_DAYS);
+            sqlx::query("delete from message_batches where delivered_at < ?")
+                .bind(forgotten.timestamp_micros())
+                .execute(&mut *transaction)
+                .await?;
+        }
         for buffered in buffered.iter().filter(|buffered| !buffered.messages.is_empty()) {
+            let first_delivery = sqlx::query("insert or ignore into message_batches (id, delivered_at) values (?, ?)")
+                .bind(buffered.id.to_string())
+                .bind(Utc::now().timestamp_micros())
+                .execute(&mut *transaction)
+                .await?
+                .rows_affected()
+                == 1;
+            if !first_delivery {
+                continue;
+            }
             // seq continues after the session's last message, so order survives equal timestamps.
             let last: Option<i64> =
                 sqlx::query_scalar("select max(seq) from messages where tenant = ? and session_scope = ?")
@@ -293,14 +334,7 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn forget_sessions(&self, tenant: &str, scope: &Scope) -> Result<()> {
-        let pairs: Vec<String> = scope
-            .pairs()
-            .iter()
-            .map(|(key, value)| {
-                let escaped = value.replace('%', "%25").replace('&', "%26").replace('=', "%3D");
-                format!("&{key}={escaped}&")
-            })
-            .collect();
+        let pairs = session_pairs(scope);
         if pairs.is_empty() {
             return Ok(());
         }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use chrono::{DateTime, NaiveDate, SubsecRound, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::{debug, info, instrument, warn, Instrument as _};
+use tracing::{debug, error, info, instrument, warn, Instrument as _};
 use uuid::Uuid;
 
 use crate::analysis;
@@ -250,6 +250,8 @@ pub struct Memory {
     query_entities: Arc<std::sync::Mutex<HashMap<String, Vec<f32>>>>,
     /// Called at the named steps of every write (crash drills in tests); `None` in production.
     fail_point: Option<FailPoint>,
+    /// Journal entries of the writes this process is committing: recovery leaves them alone.
+    writing: Arc<std::sync::Mutex<HashSet<Uuid>>>,
 }
 
 /// A hook called with the name of each step of the write path (`write.before_commit`,
@@ -288,14 +290,14 @@ impl Memory {
             rerank_candidates: 30,
             query_entities: Arc::default(),
             fail_point: None,
+            writing: Arc::default(),
         };
-        // Changes whose history a crash kept from the history volume get it now.
-        match memory.recover(std::time::Duration::ZERO).await {
-            Ok(0) => {}
-            Ok(delivered) => info!(delivered, "delivered history left in the journal by an interrupted write"),
-            Err(error) => warn!(%error, "could not deliver the history journal yet; will retry"),
-        }
         Ok(memory)
+    }
+
+    /// Writes this process is committing right now (each runs to its end on its own task).
+    pub fn writes_in_flight(&self) -> usize {
+        self.writing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
     }
 
     /// Returns the service with `hook` called at each step of the write path (tests only).
@@ -312,32 +314,44 @@ impl Memory {
     }
 
     /// Delivers journal entries older than `min_age` to the history volume and removes them from
-    /// the journal; returns how many were delivered. At startup (`min_age` zero) this completes
-    /// writes a crash interrupted; run periodically with a generous `min_age` it also completes
-    /// writes whose undo failed, never racing a write still in flight.
+    /// the journal; returns how many were delivered. Entries of writes this process is still
+    /// committing are left alone. Run it once when the service starts (before it serves): it
+    /// completes the writes a crash interrupted. Run periodically it also completes writes whose
+    /// undo failed. Only one process may use a store's journal this way (one server per store).
     ///
     /// # Errors
     /// Store errors; entries not delivered stay in the journal.
     pub async fn recover(&self, min_age: std::time::Duration) -> Result<usize> {
+        const BATCH: usize = 500;
         let before = Utc::now() - chrono::Duration::from_std(min_age).unwrap_or_default();
         let mut delivered = 0;
         loop {
-            let entries = self.store.journal(before, 500).await?;
-            if entries.is_empty() {
-                return Ok(delivered);
-            }
+            let entries = self.store.journal(before, BATCH).await?;
+            let in_flight = self.writing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
             let mut records = Vec::new();
             let mut batches = Vec::new();
-            for entry in &entries {
-                match Pending::from_entry(entry)? {
-                    Pending::History { record, .. } => records.push(*record),
-                    Pending::Messages { batch } => batches.push(batch),
+            let mut ids = Vec::new();
+            for entry in entries.iter().filter(|entry| !in_flight.contains(&entry.id)) {
+                match Pending::from_entry(entry) {
+                    Ok(Pending::History { record, .. }) => records.push(*record),
+                    Ok(Pending::Messages { batch }) => batches.push(batch),
+                    Err(error) => {
+                        // Kept (not deleted): a later version may read it; the rest goes on.
+                        error!(entry = %entry.id, %error, "a journal entry cannot be read; skipped");
+                        continue;
+                    }
                 }
+                ids.push(entry.id);
+            }
+            if ids.is_empty() {
+                return Ok(delivered);
             }
             self.history.deliver(&records, &batches).await?;
-            let ids: Vec<Uuid> = entries.iter().map(|entry| entry.id).collect();
             self.store.settle(&ids).await?;
             delivered += ids.len();
+            if entries.len() < BATCH {
+                return Ok(delivered);
+            }
         }
     }
 
@@ -400,8 +414,13 @@ impl Memory {
         &self.embedder
     }
 
+    /// Stores memories from a conversation: verbatim (`infer=false`), as facts extracted by the
+    /// LLM (`infer=true`), or as one procedural summary (`memory_type = procedural_memory`).
+    ///
+    /// # Errors
+    /// Validation, scope, store and provider errors; on any error nothing is stored.
     #[instrument(skip_all, fields(tenant = %caller.tenant, infer = request.infer, messages = request.messages.len()))]
-    async fn run_add(&self, caller: &Caller, request: AddRequest) -> Result<AddOutcome> {
+    pub async fn add(&self, caller: &Caller, request: AddRequest) -> Result<AddOutcome> {
         caller.require(Role::Write)?;
         if request.scope.is_empty() {
             return Err(Error::validation("user_id", "at least one of user_id, agent_id or run_id is required"));
@@ -605,7 +624,13 @@ impl Memory {
             tenant: caller.tenant.clone(),
             session,
             at: observed_at,
-            messages: request.messages.iter().filter(|message| message.role != "system").cloned().collect(),
+            // Only the newest BUFFER_KEEP of a call: the buffer keeps no more of a session anyway.
+            messages: {
+                let said: Vec<Message> =
+                    request.messages.iter().filter(|message| message.role != "system").cloned().collect();
+                let skip = said.len().saturating_sub(crate::history::BUFFER_KEEP);
+                said.into_iter().skip(skip).collect()
+            },
         };
         let texts: Vec<String> = kept.iter().map(|(fact, _)| fact.text.clone()).collect();
         let names: Vec<Vec<String>> = kept.iter().map(|(fact, _)| clean_entities(fact.entities.clone())).collect();
@@ -798,6 +823,21 @@ impl Memory {
     /// history never describes a change that did not happen.
     async fn commit(
         &self,
+        write: WriteSet,
+        history: Vec<HistoryRecord>,
+        buffered: Option<BufferedMessages>,
+    ) -> Result<Applied> {
+        // On its own task: a caller that goes away (a client that disconnects, a request
+        // timeout) cannot cut the write between its store transaction and its history.
+        let memory = self.clone();
+        let task = tokio::spawn(
+            async move { memory.commit_now(write, history, buffered).await }.instrument(tracing::Span::current()),
+        );
+        task.await.map_err(|error| Error::Internal(format!("write task failed: {error}")))?
+    }
+
+    async fn commit_now(
+        &self,
         mut write: WriteSet,
         history: Vec<HistoryRecord>,
         buffered: Option<BufferedMessages>,
@@ -816,6 +856,7 @@ impl Memory {
         }
         write.journal = pending.iter().map(|item| item.to_entry(now)).collect::<Result<_>>()?;
         let journal: Vec<Uuid> = write.journal.iter().map(|entry| entry.id).collect();
+        let _writing = Writing::register(&self.writing, &journal);
         self.fail_point("write.before_commit");
         let applied = self.store.apply(&write).await?;
         self.fail_point("write.after_commit");
@@ -844,14 +885,22 @@ impl Memory {
         Ok(applied)
     }
 
+    /// Returns one memory. Expired memories are returned too.
+    ///
+    /// # Errors
+    /// [`Error::MemoryNotFound`] when missing or outside the caller's reach.
     #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
-    async fn run_get(&self, caller: &Caller, id: Uuid) -> Result<MemoryItem> {
+    pub async fn get(&self, caller: &Caller, id: Uuid) -> Result<MemoryItem> {
         caller.require(Role::Read)?;
         Ok(self.visible(caller, id).await?.into())
     }
 
+    /// Lists memories of a scope, newest first, one page at a time.
+    ///
+    /// # Errors
+    /// Validation (page size, cursor), scope errors.
     #[instrument(skip_all, fields(tenant = %caller.tenant, page_size = request.page_size))]
-    async fn run_list(&self, caller: &Caller, request: ListRequest) -> Result<ListPage> {
+    pub async fn list(&self, caller: &Caller, request: ListRequest) -> Result<ListPage> {
         caller.require(Role::Read)?;
         if request.scope.is_empty() {
             caller.require(Role::Admin).map_err(|_| {
@@ -869,8 +918,12 @@ impl Memory {
         })
     }
 
+    /// Finds the memories of a scope most similar to a query (dense search).
+    ///
+    /// # Errors
+    /// Validation (query, top_k, threshold), scope and embedder errors.
     #[instrument(skip_all, fields(tenant = %caller.tenant, top_k = request.top_k))]
-    async fn run_search(&self, caller: &Caller, request: SearchRequest) -> Result<SearchOutcome> {
+    pub async fn search(&self, caller: &Caller, request: SearchRequest) -> Result<SearchOutcome> {
         caller.require(Role::Read)?;
         if request.scope.is_empty() {
             return Err(Error::validation("filters", "at least one of user_id, agent_id or run_id is required"));
@@ -1068,8 +1121,12 @@ impl Memory {
             .collect())
     }
 
+    /// Changes text, metadata (merged) and/or expiration of a memory.
+    ///
+    /// # Errors
+    /// Validation, [`Error::MemoryNotFound`], embedder and store errors; on error nothing changes.
     #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
-    async fn run_update(&self, caller: &Caller, id: Uuid, request: UpdateRequest) -> Result<MemoryItem> {
+    pub async fn update(&self, caller: &Caller, id: Uuid, request: UpdateRequest) -> Result<MemoryItem> {
         caller.require(Role::Write)?;
         if request.text.is_none() && request.metadata.is_none() && request.expiration_date.is_none() {
             return Err(Error::validation(
@@ -1127,8 +1184,12 @@ impl Memory {
         Ok(updated.into())
     }
 
+    /// Deletes one memory.
+    ///
+    /// # Errors
+    /// [`Error::MemoryNotFound`], store errors; on error nothing changes.
     #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
-    async fn run_delete(&self, caller: &Caller, id: Uuid) -> Result<()> {
+    pub async fn delete(&self, caller: &Caller, id: Uuid) -> Result<()> {
         caller.require(Role::Write)?;
         let record = self.visible(caller, id).await?;
         let entry = HistoryRecord::for_event(&record, HistoryEvent::Delete, Some(record.memory.clone()), stored_now());
@@ -1137,8 +1198,14 @@ impl Memory {
         Ok(())
     }
 
+    /// Deletes every memory of exactly `scope` (every id given must match; others are untouched)
+    /// with its history, and the scope's buffered conversation. Returns how many were deleted.
+    ///
+    /// # Errors
+    /// Validation (empty scope), scope and store errors. Memories are deleted in chunks of
+    /// 1,000, each all or nothing; an error stops before the next chunk.
     #[instrument(skip_all, fields(tenant = %caller.tenant))]
-    async fn run_delete_all(&self, caller: &Caller, scope: Scope) -> Result<usize> {
+    pub async fn delete_all(&self, caller: &Caller, scope: Scope) -> Result<usize> {
         caller.require(Role::Admin)?;
         if scope.is_empty() {
             return Err(Error::validation(
@@ -1176,15 +1243,41 @@ impl Memory {
             };
             deleted += self.commit(write, entries, None).await?.deleted.len();
         }
-        // The conversation buffer of these scopes goes too: it is raw user text.
+        // The conversation buffer of these scopes goes too: it is raw user text. So do buffered
+        // messages still waiting in the journal, which would otherwise arrive later.
         if let Err(error) = self.history.forget_sessions(&caller.tenant, &scope).await {
             warn!(%error, "memories deleted, but their scope's conversation buffer could not be");
+        }
+        if let Err(error) = self.forget_journalled_sessions(&caller.tenant, &scope).await {
+            warn!(%error, "memories deleted, but buffered messages in the journal could not be");
         }
         Ok(deleted)
     }
 
+    /// Removes buffered-message batches of sessions under `scope` from the journal.
+    async fn forget_journalled_sessions(&self, tenant: &str, scope: &Scope) -> Result<()> {
+        let everything = Utc::now() + chrono::Duration::days(1);
+        let doomed: Vec<Uuid> = self
+            .store
+            .journal(everything, 100_000)
+            .await?
+            .iter()
+            .filter(|entry| entry.tenant == tenant && entry.memory_id.is_none())
+            .filter(|entry| match Pending::from_entry(entry) {
+                Ok(Pending::Messages { batch }) => crate::history::session_under(&batch.session, scope),
+                _ => false,
+            })
+            .map(|entry| entry.id)
+            .collect();
+        self.store.settle(&doomed).await
+    }
+
+    /// Returns the changes of one memory, oldest first; works after the memory was deleted.
+    ///
+    /// # Errors
+    /// [`Error::MemoryNotFound`] when there is no history the caller may see.
     #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
-    async fn run_history(&self, caller: &Caller, id: Uuid) -> Result<Vec<HistoryRecord>> {
+    pub async fn history(&self, caller: &Caller, id: Uuid) -> Result<Vec<HistoryRecord>> {
         caller.require(Role::Read)?;
         let entries = self.history.for_memory(&caller.tenant, id).await?;
         let visible = match self.store.get(&caller.tenant, id).await? {
@@ -1197,8 +1290,12 @@ impl Memory {
         Ok(entries)
     }
 
+    /// Deletes every memory, history entry and buffered message of the caller's tenant.
+    ///
+    /// # Errors
+    /// [`Error::Forbidden`] unless admin; store errors.
     #[instrument(skip_all, fields(tenant = %caller.tenant))]
-    async fn run_reset(&self, caller: &Caller) -> Result<()> {
+    pub async fn reset(&self, caller: &Caller) -> Result<()> {
         caller.require(Role::Admin)?;
         if !caller.is_tenant_admin() {
             return Err(Error::Forbidden("reset needs an admin that is not bound to a scope".into()));
@@ -1207,8 +1304,12 @@ impl Memory {
         self.history.reset(Some(&caller.tenant)).await
     }
 
+    /// Deletes every memory, history entry and buffered message of every tenant.
+    ///
+    /// # Errors
+    /// [`Error::Forbidden`] unless a global admin; store errors.
     #[instrument(skip_all, fields(principal = %caller.principal_id))]
-    async fn run_reset_all(&self, caller: &Caller) -> Result<()> {
+    pub async fn reset_all(&self, caller: &Caller) -> Result<()> {
         if !caller.global_admin {
             return Err(Error::Forbidden("a global reset needs the global admin".into()));
         }
@@ -1216,8 +1317,13 @@ impl Memory {
         self.history.reset(None).await
     }
 
+    /// Lists the scope ids of the caller's tenant that own memories, with counts, ordered by
+    /// type (`agent`, `run`, `user`) then id, one page at a time.
+    ///
+    /// # Errors
+    /// [`Error::Forbidden`] unless admin; validation of `limit` and `after`; store errors.
     #[instrument(skip_all, fields(tenant = %caller.tenant))]
-    async fn run_scopes(
+    pub async fn scopes(
         &self,
         caller: &Caller,
         kind: Option<ScopeKind>,
@@ -1281,27 +1387,31 @@ impl Memory {
             }
             let names: Vec<Vec<String>> = updated.iter().map(|record| record.entities.clone()).collect();
             let (_, name_vectors) = self.embed_with_entities(&[], &names).await?;
+            // Each row only if nobody changed or deleted it since it was read (an update
+            // re-analyses it anyway): a reindex beside a serving server never reverts a change.
             let write = WriteSet {
                 relink: updated.iter().map(|record| record.id).collect(),
                 links: entity_links(&updated, &name_vectors, "proper"),
                 update: updated.clone(),
                 merge_threshold: self.retrieval.entity_merge_threshold,
+                expect: updated.iter().map(|record| (record.id, record.updated_at)).collect(),
                 ..WriteSet::default()
             };
             match self.store.apply(&write).await {
                 Ok(_) => {}
-                Err(Error::MemoryNotFound { .. }) => {
-                    // One of the batch was deleted meanwhile: the others one by one.
+                Err(Error::MemoryNotFound { .. } | Error::Conflict(_)) => {
+                    // One of the batch changed meanwhile: the others one by one.
                     for record in &updated {
                         let single = WriteSet {
                             relink: vec![record.id],
                             links: write.links.iter().filter(|link| link.memory_id == record.id).cloned().collect(),
                             update: vec![record.clone()],
                             merge_threshold: write.merge_threshold,
+                            expect: vec![(record.id, record.updated_at)],
                             ..WriteSet::default()
                         };
                         match self.store.apply(&single).await {
-                            Ok(_) | Err(Error::MemoryNotFound { .. }) => {}
+                            Ok(_) | Err(Error::MemoryNotFound { .. } | Error::Conflict(_)) => {}
                             Err(error) => return Err(error),
                         }
                     }
@@ -1334,126 +1444,25 @@ impl Memory {
     }
 }
 
-/// The public operations. Each runs on its own task, so it completes even when the caller's
-/// future is dropped (a client that disconnects, a request timeout): a write is never cut between
-/// its store transaction and its history, and no store connection is abandoned mid-transaction.
-impl Memory {
-    async fn detached<T, F, Fut>(&self, operation: F) -> Result<T>
-    where
-        F: FnOnce(Memory) -> Fut,
-        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
-        T: Send + 'static,
-    {
-        let task = tokio::spawn(operation(self.clone()).instrument(tracing::Span::current()));
-        task.await.map_err(|error| Error::Internal(format!("memory operation task failed: {error}")))?
-    }
+/// Marks journal entries as belonging to a write in progress, until dropped.
+struct Writing<'a> {
+    set: &'a std::sync::Mutex<HashSet<Uuid>>,
+    ids: Vec<Uuid>,
+}
 
-    /// Stores memories from a conversation: verbatim (`infer=false`), as facts extracted by the
-    /// LLM (`infer=true`), or as one procedural summary (`memory_type = procedural_memory`).
-    ///
-    /// # Errors
-    /// Validation, scope, store and provider errors; on any error nothing is stored.
-    pub async fn add(&self, caller: &Caller, request: AddRequest) -> Result<AddOutcome> {
-        let caller = caller.clone();
-        self.detached(move |memory| async move { memory.run_add(&caller, request).await }).await
+impl<'a> Writing<'a> {
+    fn register(set: &'a std::sync::Mutex<HashSet<Uuid>>, ids: &[Uuid]) -> Self {
+        set.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(ids.iter().copied());
+        Self { set, ids: ids.to_vec() }
     }
+}
 
-    /// Returns one memory. Expired memories are returned too.
-    ///
-    /// # Errors
-    /// [`Error::MemoryNotFound`] when missing or outside the caller's reach.
-    pub async fn get(&self, caller: &Caller, id: Uuid) -> Result<MemoryItem> {
-        let caller = caller.clone();
-        self.detached(move |memory| async move { memory.run_get(&caller, id).await }).await
-    }
-
-    /// Lists memories of a scope, newest first, one page at a time.
-    ///
-    /// # Errors
-    /// Validation (page size, cursor), scope errors.
-    pub async fn list(&self, caller: &Caller, request: ListRequest) -> Result<ListPage> {
-        let caller = caller.clone();
-        self.detached(move |memory| async move { memory.run_list(&caller, request).await }).await
-    }
-
-    /// Finds the memories of a scope most similar to a query (dense search).
-    ///
-    /// # Errors
-    /// Validation (query, top_k, threshold), scope and embedder errors.
-    pub async fn search(&self, caller: &Caller, request: SearchRequest) -> Result<SearchOutcome> {
-        let caller = caller.clone();
-        self.detached(move |memory| async move { memory.run_search(&caller, request).await }).await
-    }
-
-    /// Changes text, metadata (merged) and/or expiration of a memory.
-    ///
-    /// # Errors
-    /// Validation, [`Error::MemoryNotFound`], embedder and store errors; on error nothing changes.
-    pub async fn update(&self, caller: &Caller, id: Uuid, request: UpdateRequest) -> Result<MemoryItem> {
-        let caller = caller.clone();
-        self.detached(move |memory| async move { memory.run_update(&caller, id, request).await }).await
-    }
-
-    /// Deletes one memory.
-    ///
-    /// # Errors
-    /// [`Error::MemoryNotFound`], store errors; on error nothing changes.
-    pub async fn delete(&self, caller: &Caller, id: Uuid) -> Result<()> {
-        let caller = caller.clone();
-        self.detached(move |memory| async move { memory.run_delete(&caller, id).await }).await
-    }
-
-    /// Deletes every memory of exactly `scope` (every id given must match; others are untouched).
-    /// Returns how many were deleted.
-    ///
-    /// # Errors
-    /// Validation (empty scope), scope and store errors; on error nothing changes.
-    pub async fn delete_all(&self, caller: &Caller, scope: Scope) -> Result<usize> {
-        let caller = caller.clone();
-        self.detached(move |memory| async move { memory.run_delete_all(&caller, scope).await }).await
-    }
-
-    /// Returns the changes of one memory, oldest first; works after the memory was deleted.
-    ///
-    /// # Errors
-    /// [`Error::MemoryNotFound`] when there is no history the caller may see.
-    pub async fn history(&self, caller: &Caller, id: Uuid) -> Result<Vec<HistoryRecord>> {
-        let caller = caller.clone();
-        self.detached(move |memory| async move { memory.run_history(&caller, id).await }).await
-    }
-
-    /// Deletes every memory, history entry and buffered message of the caller's tenant.
-    ///
-    /// # Errors
-    /// [`Error::Forbidden`] unless admin; store errors.
-    pub async fn reset(&self, caller: &Caller) -> Result<()> {
-        let caller = caller.clone();
-        self.detached(move |memory| async move { memory.run_reset(&caller).await }).await
-    }
-
-    /// Deletes every memory, history entry and buffered message of every tenant.
-    ///
-    /// # Errors
-    /// [`Error::Forbidden`] unless a global admin; store errors.
-    pub async fn reset_all(&self, caller: &Caller) -> Result<()> {
-        let caller = caller.clone();
-        self.detached(move |memory| async move { memory.run_reset_all(&caller).await }).await
-    }
-
-    /// Lists the scope ids of the caller's tenant that own memories, with counts, ordered by
-    /// type (`agent`, `run`, `user`) then id, one page at a time.
-    ///
-    /// # Errors
-    /// [`Error::Forbidden`] unless admin; validation of `limit` and `after`; store errors.
-    pub async fn scopes(
-        &self,
-        caller: &Caller,
-        kind: Option<ScopeKind>,
-        after: Option<String>,
-        limit: usize,
-    ) -> Result<ScopePage> {
-        let caller = caller.clone();
-        self.detached(move |memory| async move { memory.run_scopes(&caller, kind, after, limit).await }).await
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        let mut set = self.set.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for id in &self.ids {
+            set.remove(id);
+        }
     }
 }
 

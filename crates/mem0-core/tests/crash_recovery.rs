@@ -83,6 +83,8 @@ async fn open(drill: &Drill) -> (Memory, Arc<dyn VectorStore>, HistoryStore) {
     };
     let history = HistoryStore::open(&drill.data_dir.join("history.db")).await.expect("history");
     let memory = Memory::new(Arc::clone(&store), history.clone(), embedder().await).await.expect("memory");
+    // What the server does at startup.
+    memory.recover(std::time::Duration::ZERO).await.expect("recover");
     (memory, store, history)
 }
 
@@ -318,17 +320,19 @@ async fn abandoned_writes_finish_with_their_history() {
                 }
             }
         }
-        // The abandoned writes finish in the background; then nothing is left in the journal.
-        let far = chrono::Utc::now() + chrono::Duration::days(1);
-        let mut settled = false;
-        for _ in 0..500 {
-            if store.journal(far, 1).await.expect("journal").is_empty() {
-                settled = true;
+        // The abandoned writes that reached their commit finish on their own tasks.
+        for _ in 0..1000 {
+            if memory.writes_in_flight() == 0 {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        assert!(settled, "{backend:?}: every abandoned write delivered its history");
+        assert_eq!(memory.writes_in_flight(), 0, "{backend:?}: the abandoned writes finished");
+        let far = chrono::Utc::now() + chrono::Duration::days(1);
+        assert!(
+            store.journal(far, 1).await.expect("journal").is_empty(),
+            "{backend:?}: every write delivered its history"
+        );
         for item in listed(&memory).await {
             assert_eq!(
                 events(&memory, item.id).await.first(),
@@ -343,4 +347,84 @@ async fn abandoned_writes_finish_with_their_history() {
         assert_eq!(updates > 0, current != "Seed: updated and deleted below", "{backend:?}: {target_events:?}");
         drop((memory, store, database));
     }
+}
+
+/// A message batch delivered twice (a crash after delivery, then recovery) adds nothing, even
+/// when newer messages have trimmed it out of the buffer meanwhile.
+#[tokio::test]
+async fn redelivered_message_batches_add_nothing() {
+    use mem0_core::history::BufferedMessages;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let history = HistoryStore::open(&dir.path().join("history.db")).await.expect("history");
+    let batch = |count: usize, said: &str| BufferedMessages {
+        id: Uuid::now_v7(),
+        tenant: TENANT.to_owned(),
+        session: "user_id=keeper".to_owned(),
+        at: chrono::Utc::now(),
+        messages: (0..count)
+            .map(|index| Message { role: "user".into(), content: format!("{said} {index}"), name: None })
+            .collect(),
+    };
+    let old = batch(3, "old");
+    history.deliver(&[], std::slice::from_ref(&old)).await.expect("deliver");
+    let new = batch(mem0_core::history::BUFFER_KEEP, "new");
+    history.deliver(&[], std::slice::from_ref(&new)).await.expect("deliver");
+    history.deliver(&[], std::slice::from_ref(&old)).await.expect("deliver again");
+    let recent = history.recent_messages(TENANT, "user_id=keeper", 5).await.expect("recent");
+    let texts: Vec<&str> = recent.iter().map(|message| message.content.as_str()).collect();
+    assert_eq!(texts, ["new 45", "new 46", "new 47", "new 48", "new 49"], "the old batch did not come back");
+}
+
+/// `delete_all` of a scope also removes that scope's buffered messages still waiting in the
+/// journal (a write interrupted after its store transaction), so recovery cannot bring raw user
+/// text back after the user was deleted.
+#[tokio::test]
+async fn delete_all_forgets_messages_waiting_in_the_journal() {
+    use wiremock::matchers::{method, path};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let drill = Drill {
+        backend: Backend::Sqlite,
+        data_dir: dir.path().to_path_buf(),
+        pg_url: None,
+        operation: Operation::AddInferred,
+        step: String::new(),
+        target: None,
+    };
+    let (memory, store, history) = open(&drill).await;
+    let llm = wiremock::MockServer::start().await;
+    let content = json!({"facts": [{"text": EXTRACTED}]}).to_string();
+    wiremock::Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 10}
+        })))
+        .mount(&llm)
+        .await;
+    let config = OpenAiLlmConfig {
+        base_url: Some(format!("{}/v1", llm.uri())),
+        api_key: Some("sk-drill".to_owned().into()),
+        model: "fake-chat".to_owned(),
+        ..OpenAiLlmConfig::default()
+    };
+    // The write stops right after its store transaction (the task panics there).
+    let interrupted = memory
+        .clone()
+        .with_llm(Some(Arc::new(OpenAiLlm::new(config).expect("llm"))), ExtractionSettings::default())
+        .with_fail_point(Arc::new(|step| assert_ne!(step, "write.after_commit", "interrupted")));
+    let request = AddRequest {
+        scope: scope(),
+        messages: vec![Message { role: "user".into(), content: "my secret diary entry".into(), name: None }],
+        infer: true,
+        ..AddRequest::default()
+    };
+    assert!(interrupted.add(&caller(), request).await.is_err(), "the write was interrupted");
+    let far = chrono::Utc::now() + chrono::Duration::days(1);
+    assert!(!store.journal(far, 10).await.expect("journal").is_empty(), "its history waits in the journal");
+    memory.delete_all(&caller(), scope()).await.expect("delete the user");
+    memory.recover(std::time::Duration::ZERO).await.expect("recover");
+    let session = mem0_core::extraction::session_scope(&scope());
+    let buffered = history.recent_messages(TENANT, &session, 10).await.expect("buffer");
+    assert!(buffered.is_empty(), "the deleted user's words stay deleted: {buffered:?}");
+    assert!(listed(&memory).await.is_empty());
 }

@@ -449,7 +449,10 @@ async fn check_entity_links(store: &dyn VectorStore) {
 async fn check_writes_are_all_or_nothing(store: &dyn VectorStore) {
     store.ensure_dimension(DIM, "test").await.expect("dimension");
     let v = unit([1.0, 0.0, 0.0, 0.0]);
-    let kept = record("t", "u", "kept as it was", v.clone(), json!({"n": 1}), 0);
+    let kept = MemoryRecord {
+        text_lemmatized: "kept".to_owned(),
+        ..record("t", "u", "kept as it was", v.clone(), json!({"n": 1}), 0)
+    };
     let doomed = record("t", "u", "about to be deleted", v.clone(), json!({}), 1);
     insert(store, &[kept.clone(), doomed.clone()]).await.expect("insert");
     let entity = |memory: &MemoryRecord, name: &str| EntityLink {
@@ -483,10 +486,19 @@ async fn check_writes_are_all_or_nothing(store: &dyn VectorStore) {
     assert!(store.get("t", fresh.id).await.expect("get").is_none(), "the insert was rolled back");
     let later = Utc::now() + Duration::minutes(1);
     assert!(store.journal(later, 10).await.expect("journal").is_empty(), "no journal entry either");
+    // A guarded write refuses rows that changed since they were read.
+    let stale = WriteSet { expect: vec![(kept.id, kept.updated_at - Duration::seconds(1))], ..WriteSet::update(&kept) };
+    assert!(matches!(store.apply(&stale).await, Err(Error::Conflict(_))));
+    let current = WriteSet { expect: vec![(kept.id, kept.updated_at)], ..WriteSet::update(&kept) };
+    store.apply(&current).await.expect("unchanged since read");
     // A write touching everything, with a skipped missing delete target.
     let mut changed = kept.clone();
     changed.memory = "changed".to_owned();
+    changed.text_lemmatized = "chang".to_owned();
+    changed.embedding = unit([0.0, 0.0, 0.0, 1.0]);
     changed.metadata = Metadata::from_iter([("n".to_owned(), json!(2))]);
+    // Searched once, so the embedded store caches the vector the write changes.
+    store.search(&query("t", "u", None), &v, 10, 0.0).await.expect("warm the cache");
     let write = WriteSet {
         tenant: "t".to_owned(),
         insert: vec![fresh.clone()],
@@ -537,8 +549,21 @@ async fn check_writes_are_all_or_nothing(store: &dyn VectorStore) {
     both.sort();
     assert_eq!(hits, both, "the links are back");
     assert!(store.journal(later, 10).await.expect("journal").is_empty(), "settled");
+    // The embedding and the keyword index are back as well (not just the row's text).
     let hits = store.search(&query("t", "u", None), &v, 10, 0.0).await.expect("search");
     assert_eq!(hits.len(), 2, "search sees the restored rows");
+    assert!(
+        hits.iter().all(|hit| hit.score > 0.99),
+        "restored embeddings: {:?}",
+        hits.iter().map(|hit| hit.score).collect::<Vec<_>>()
+    );
+    let postings = store
+        .keyword_postings(&query("t", "u", None), &["kept".to_owned(), "chang".to_owned()])
+        .await
+        .expect("postings");
+    let terms: Vec<(Uuid, &str)> =
+        postings.postings.iter().map(|posting| (posting.id, posting.term.as_str())).collect();
+    assert_eq!(terms, vec![(kept.id, "kept")], "the keyword index is the original one");
 }
 
 macro_rules! conformance_suite {

@@ -42,6 +42,11 @@ impl BrowserGuard {
     /// Returns the refusal for a request with these method and headers, if any.
     pub fn check(&self, method: &Method, authority: Option<&str>, headers: &HeaderMap) -> Option<ApiError> {
         if self.auth_disabled || !self.allowed_hosts.is_empty() {
+            // Every browser sends a Host; without one (or with one that is not text) the request
+            // is refused rather than waved through.
+            if authority.is_none() && self.auth_disabled {
+                return Some(refusal(ErrorCode::HostNotAllowed, "a Host header naming this server is required"));
+            }
             if let Some(authority) = authority {
                 if !self.host_allowed(authority) {
                     return Some(refusal(
@@ -184,6 +189,7 @@ mod tests {
         }
         let listed = BrowserGuard::new(true, &["mem0.internal".to_owned()]);
         assert!(listed.check(&Method::GET, Some("MEM0.internal:8000"), &HeaderMap::new()).is_none());
+        assert!(local.check(&Method::GET, None, &HeaderMap::new()).is_some(), "no Host: refused");
         let production = BrowserGuard::new(false, &[]);
         assert!(production.check(&Method::POST, Some("mem0.example.com"), &HeaderMap::new()).is_none());
         let pinned = BrowserGuard::new(false, &["mem0.example.com".to_owned()]);

@@ -84,9 +84,17 @@ impl Settings {
     /// # Errors
     /// A message naming the bad key or value.
     pub fn load(file: Option<&Path>) -> anyhow::Result<Self> {
-        Self::load_with_env(file, Environment::with_prefix("MEM0").prefix_separator("__").separator("__"), |name| {
-            std::env::var(name).ok()
-        })
+        Self::load_with_env(file, Self::environment(), |name| std::env::var(name).ok())
+    }
+
+    /// The `MEM0__SECTION__KEY` variables; list settings take comma-separated values.
+    pub fn environment() -> Environment {
+        Environment::with_prefix("MEM0")
+            .prefix_separator("__")
+            .separator("__")
+            .list_separator(",")
+            .with_list_parse_key("server.allowed_hosts")
+            .with_list_parse_key("rate_limit.trusted_proxies")
     }
 
     /// Like [`Settings::load`] with an explicit environment source (for tests).
@@ -113,36 +121,38 @@ impl Settings {
         // The variables every OpenAI-compatible tool understands fill what the config leaves unset.
         let openai = &mut settings.memory.embedder.openai;
         if openai.api_key.is_none() {
-            openai.api_key = plain_env("OPENAI_API_KEY").filter(|key| !key.is_empty()).map(SecretString::from);
+            openai.api_key = plain_env("OPENAI_API_KEY").filter(|key| !key.trim().is_empty()).map(SecretString::from);
         }
         if openai.base_url.is_none() {
-            openai.base_url = plain_env("OPENAI_BASE_URL").filter(|url| !url.is_empty());
+            openai.base_url = plain_env("OPENAI_BASE_URL").filter(|url| !url.trim().is_empty());
         }
         let llm = &mut settings.memory.llm;
         if llm.openai.api_key.is_none() {
-            llm.openai.api_key = plain_env("OPENAI_API_KEY").filter(|key| !key.is_empty()).map(SecretString::from);
+            llm.openai.api_key =
+                plain_env("OPENAI_API_KEY").filter(|key| !key.trim().is_empty()).map(SecretString::from);
         }
         if llm.openai.base_url.is_none() {
-            llm.openai.base_url = plain_env("OPENAI_BASE_URL").filter(|url| !url.is_empty());
+            llm.openai.base_url = plain_env("OPENAI_BASE_URL").filter(|url| !url.trim().is_empty());
         }
         if llm.anthropic.api_key.is_none() {
             llm.anthropic.api_key =
-                plain_env("ANTHROPIC_API_KEY").filter(|key| !key.is_empty()).map(SecretString::from);
+                plain_env("ANTHROPIC_API_KEY").filter(|key| !key.trim().is_empty()).map(SecretString::from);
         }
         if llm.anthropic.base_url.is_none() {
-            llm.anthropic.base_url = plain_env("ANTHROPIC_BASE_URL").filter(|url| !url.is_empty());
+            llm.anthropic.base_url = plain_env("ANTHROPIC_BASE_URL").filter(|url| !url.trim().is_empty());
         }
         let reranker = &mut settings.memory.reranker.http;
         if reranker.api_key.is_none() {
-            reranker.api_key = plain_env("RERANKER_API_KEY").filter(|key| !key.is_empty()).map(SecretString::from);
+            reranker.api_key =
+                plain_env("RERANKER_API_KEY").filter(|key| !key.trim().is_empty()).map(SecretString::from);
         }
         let pgvector = &mut settings.memory.vector_store.pgvector;
         if pgvector.url.is_none() {
-            pgvector.url = plain_env("DATABASE_URL").filter(|url| !url.is_empty()).map(SecretString::from);
+            pgvector.url = plain_env("DATABASE_URL").filter(|url| !url.trim().is_empty()).map(SecretString::from);
         }
         if settings.auth.admin_api_key.is_none() {
             settings.auth.admin_api_key =
-                plain_env("ADMIN_API_KEY").filter(|key| !key.is_empty()).map(SecretString::from);
+                plain_env("ADMIN_API_KEY").filter(|key| !key.trim().is_empty()).map(SecretString::from);
         }
         settings.validate()?;
         Ok(settings)
@@ -243,7 +253,7 @@ mod tests {
 
     fn env(pairs: &[(&str, &str)]) -> Environment {
         let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        Environment::with_prefix("MEM0").prefix_separator("__").separator("__").source(Some(map))
+        Settings::environment().source(Some(map))
     }
 
     #[test]
@@ -299,6 +309,21 @@ mod tests {
             }
         }
         assert!(loaded >= 2, "found {loaded} example files");
+    }
+
+    #[test]
+    fn list_settings_come_from_comma_separated_variables() {
+        let settings = Settings::load_with_env(
+            None,
+            env(&[
+                ("MEM0__SERVER__ALLOWED_HOSTS", "mem0.internal,mem0.example.com"),
+                ("MEM0__RATE_LIMIT__TRUSTED_PROXIES", "10.0.0.1"),
+            ]),
+            |_| None,
+        )
+        .expect("valid");
+        assert_eq!(settings.server.allowed_hosts, ["mem0.internal", "mem0.example.com"]);
+        assert_eq!(settings.rate_limit.trusted_proxies, ["10.0.0.1".parse::<std::net::IpAddr>().expect("ip")]);
     }
 
     #[test]

@@ -565,9 +565,14 @@ fn embedded_ipv4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
     // `::` and `::1` are not IPv4 addresses (unspecified and loopback are handled as IPv6).
     let compatible = s[..6] == [0; 6] && (s[6] != 0 || s[7] > 1);
     let translated = s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0;
-    let nat64 = s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1);
+    let nat64 = s[..6] == [0x64, 0xff9b, 0, 0, 0, 0];
     if mapped || compatible || translated || nat64 {
         return Some(low());
+    }
+    if s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1 {
+        // The local-use NAT64 prefix may place the IPv4 address at any of RFC 6052's offsets:
+        // treat the whole /48 as reaching a metadata address.
+        return Some(std::net::Ipv4Addr::new(169, 254, 169, 254));
     }
     if s[0] == 0x2002 {
         return Some(std::net::Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8));
@@ -697,6 +702,7 @@ mod tests {
             "http://[::ffff:0:169.254.169.254]/v1",
             "http://[64:ff9b::169.254.169.254]/v1",
             "http://[64:ff9b:1::a9fe:a9fe]/v1",
+            "http://[64:ff9b:1:a9fe:a9:fe00::]/v1",
             "http://[2002:a9fe:a9fe::1]/v1",
             "http://[::ffff:100.100.100.200]/v1",
             "http://0.0.0.0:11434/v1",

@@ -52,6 +52,8 @@ pub enum ErrorCode {
     CrossSiteRequest,
     /// No such API key (or not in the caller's tenant).
     ApiKeyNotFound,
+    /// The memory changed while the request was working on it; retry.
+    Conflict,
     /// A configuration change was refused; nothing changed.
     ConfigurationRejected,
     /// `infer=true` needs an LLM and none is configured.
@@ -147,6 +149,7 @@ impl From<CoreError> for ApiError {
                 Self::new(StatusCode::NOT_FOUND, ErrorCode::MemoryNotFound, format!("memory {id} not found"))
             }
             CoreError::Forbidden(message) => Self::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, message),
+            CoreError::Conflict(message) => Self::new(StatusCode::CONFLICT, ErrorCode::Conflict, message),
             CoreError::ApiKeyNotFound { id } => {
                 Self::new(StatusCode::NOT_FOUND, ErrorCode::ApiKeyNotFound, format!("api key {id} not found"))
             }

@@ -83,9 +83,9 @@ async fn method_not_allowed() -> impl IntoResponse {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, ErrorCode::MethodNotAllowed, "method not allowed on this route")
 }
 
-/// Journal entries younger than this belong to writes that may still be running; the periodic
-/// sweep leaves them alone (a write takes seconds at most, its task is never cancelled).
-const JOURNAL_SWEEP_MIN_AGE: Duration = Duration::from_secs(600);
+/// The periodic sweep leaves journal entries younger than this alone (writes in flight are
+/// skipped anyway; this only keeps it off entries a moment old).
+const JOURNAL_SWEEP_MIN_AGE: Duration = Duration::from_secs(60);
 
 /// Builds the state from settings: loads the embedder, opens the stores, checks dimensions,
 /// sets up authentication, rate limits and the request log.
@@ -105,6 +105,12 @@ pub async fn build_state(mut settings: Settings) -> anyhow::Result<AppState> {
 /// # Errors
 /// Unsafe or invalid authentication settings.
 pub async fn assemble_state(memory: Memory, settings: Settings) -> anyhow::Result<AppState> {
+    // Writes a crash interrupted get their history before anything is served.
+    match memory.recover(Duration::ZERO).await {
+        Ok(0) => {}
+        Ok(delivered) => tracing::info!(delivered, "delivered history left in the journal by an interrupted write"),
+        Err(error) => tracing::warn!(%error, "could not deliver the history journal yet; the sweep will retry"),
+    }
     let api_keys = memory.history_store().api_keys();
     let auth =
         auth::Authenticator::build(&settings.auth, settings.server.bind, &settings.server.default_tenant, api_keys)?;

@@ -407,6 +407,10 @@ async fn nul_characters_are_refused_on_both_stores() {
         assert_eq!(reply.body["details"]["field"], "filters");
         let reply = server.post("/api-keys", json!({"label": nul, "role": "read"})).await;
         reply.assert_error(400, "validation_failed");
+        // A forged listing cursor carrying U+0000 ("user:\u{0}" in base64url).
+        let reply = server.get("/entities?cursor=dXNlcjoA").await;
+        reply.assert_error(400, "validation_failed");
+        assert_eq!(reply.body["details"]["field"], "cursor", "{kind:?}");
         assert_eq!(server.list_texts("user_id=u").await, ["a clean memory"], "{kind:?}: nothing was written");
         assert_eq!(server.get(&format!("/memories/{id}")).await.body["memory"], "a clean memory");
     }

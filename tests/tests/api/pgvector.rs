@@ -199,6 +199,9 @@ async fn postgres_outage_is_503_and_recovers_without_restart() {
 async fn requests_cut_off_mid_flight_leave_nothing_half_done() {
     use mem0_http_tests::{local_embedder, StoreKind, TestServer};
     let log = std::env::var("MEM0_PG_DATA").ok().map(|dir| std::path::PathBuf::from(dir).join("server.log"));
+    if log.is_none() {
+        eprintln!("MEM0_PG_DATA is not set (an external DATABASE_URL): the postgres log is not checked");
+    }
     let warnings = || {
         log.as_ref()
             .and_then(|path| std::fs::read_to_string(path).ok())

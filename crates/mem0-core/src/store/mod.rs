@@ -167,7 +167,9 @@ impl ScopeCursor {
         let bytes = URL_SAFE_NO_PAD.decode(token.trim()).map_err(|_| invalid())?;
         let text = String::from_utf8(bytes).map_err(|_| invalid())?;
         let (kind, id) = text.split_once(':').ok_or_else(invalid)?;
-        Ok(Self { kind: ScopeKind::parse(kind).ok_or_else(invalid)?, id: id.to_owned() })
+        // The id goes into a query: only what a scope id may be (no NUL, no control characters).
+        let id = crate::scope::validate_scope_id("cursor", id).map_err(|_| invalid())?;
+        Ok(Self { kind: ScopeKind::parse(kind).ok_or_else(invalid)?, id })
     }
 }
 
@@ -323,6 +325,10 @@ pub struct WriteSet {
     pub journal: Vec<JournalEntry>,
     /// Journal entries to remove (delivered, or their change undone).
     pub settle: Vec<Uuid>,
+    /// Rows that must still carry these `updated_at` values (checked first); otherwise the write
+    /// fails with [`Error::Conflict`] and changes nothing. Guards undo and re-analysis against
+    /// overwriting a change made meanwhile.
+    pub expect: Vec<(Uuid, DateTime<Utc>)>,
 }
 
 /// What a [`WriteSet`] replaced, as it was before: enough to write the inverse change.
@@ -372,6 +378,8 @@ impl WriteSet {
             merge_threshold: self.merge_threshold,
             journal: Vec::new(),
             settle: journal,
+            // Only if nobody changed the rows since: never overwrite a later change.
+            expect: self.insert.iter().chain(&self.update).map(|record| (record.id, record.updated_at)).collect(),
         }
     }
 }

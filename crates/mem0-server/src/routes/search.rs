@@ -43,10 +43,13 @@ pub struct SearchRequest {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 1000)]
     pub top_k: Option<usize>,
-    /// Lowest score returned, 0 to 1 (default 0.1). Scores are in [0, 1] and comparable across
-    /// queries: in `hybrid` mode the weighted sum of semantic similarity, normalised BM25 and entity
-    /// match (weights add up to 1); in `dense` mode the cosine similarity; in `keyword` mode the
-    /// normalised BM25 (1 = every query term present in an average-length memory).
+    /// Relevance floor, 0 to 1 (default 0.1): results whose score and semantic similarity are
+    /// both below it are dropped, so every mode returns what `dense` mode returns at the same
+    /// threshold. Scores are in [0, 1] and comparable across queries: in `hybrid` mode the
+    /// weighted sum of semantic similarity, normalised BM25 and entity match (weights add up to
+    /// 1; a result kept for its meaning alone can score below the threshold); in `dense` mode the
+    /// cosine similarity; in `keyword` mode the normalised BM25 (1 = every query term present in
+    /// an average-length memory).
     #[serde(default)]
     #[schema(minimum = 0.0, maximum = 1.0)]
     pub threshold: Option<f32>,

@@ -36,6 +36,16 @@ pub(super) async fn remove_orphan_entities(executor: &mut sqlx::PgConnection, en
 /// Applies a write inside an open transaction (see [`WriteSet`] for the order).
 pub(super) async fn apply_in(executor: &mut sqlx::PgConnection, write: &WriteSet) -> Result<Applied> {
     let mut applied = Applied::default();
+    for (id, expected) in &write.expect {
+        let current: Option<chrono::DateTime<chrono::Utc>> =
+            sqlx::query_scalar("select updated_at from memories where id = $1 for update")
+                .bind(id)
+                .fetch_optional(&mut *executor)
+                .await?;
+        if current != Some(*expected) {
+            return Err(Error::Conflict(format!("memory {id} changed meanwhile")));
+        }
+    }
     let touched: Vec<Uuid> = write.relink.iter().chain(&write.delete).copied().collect();
     if !touched.is_empty() {
         applied.previous_links = load_links(executor, &touched).await?;

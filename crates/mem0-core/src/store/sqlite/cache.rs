@@ -1,11 +1,15 @@
 //! The bounded in-process cache of embeddings the embedded store searches with.
+//!
+//! Writes never put vectors in; they drop the ids they changed and bump a generation after they
+//! commit. A search fills in what it read from the database only if no write committed since it
+//! started reading, so a vector read before a write can never outlive it in the cache (and two
+//! writers finishing in any order cannot leave the older vector behind).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use uuid::Uuid;
-
-use crate::types::MemoryRecord;
 
 /// An embedding shared between the cache and a running search.
 pub(super) type SharedVector = (Uuid, Arc<[f32]>);
@@ -15,12 +19,19 @@ pub(super) type SharedVector = (Uuid, Arc<[f32]>);
 pub(super) struct VectorCache {
     vectors: RwLock<HashMap<Uuid, Arc<[f32]>>>,
     capacity: usize,
+    /// Bumped by every committed write.
+    generation: AtomicU64,
 }
 
 impl VectorCache {
     /// An empty cache holding at most `capacity` embeddings.
     pub(super) fn new(capacity: usize) -> Self {
-        Self { vectors: RwLock::default(), capacity }
+        Self { vectors: RwLock::default(), capacity, generation: AtomicU64::new(0) }
+    }
+
+    /// The generation to pass to [`VectorCache::fill`]; read it before reading the database.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     pub(super) fn get_many(&self, ids: &[Uuid]) -> (Vec<SharedVector>, Vec<Uuid>) {
@@ -36,9 +47,12 @@ impl VectorCache {
         (found, missing)
     }
 
-    /// Stores vectors read from the database, never replacing a newer one written meanwhile.
-    pub(super) fn fill(&self, loaded: &[SharedVector]) {
+    /// Stores vectors read from the database since `generation`, unless a write committed since.
+    pub(super) fn fill(&self, loaded: &[SharedVector], generation: u64) {
         let mut vectors = self.vectors.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.generation.load(Ordering::Acquire) != generation {
+            return;
+        }
         for (id, vector) in loaded {
             if vectors.len() >= self.capacity {
                 break;
@@ -47,24 +61,18 @@ impl VectorCache {
         }
     }
 
-    /// Records vectors this store has just written.
-    pub(super) fn put(&self, records: &[MemoryRecord]) {
+    /// Forgets the vectors of rows a committed write changed or removed.
+    pub(super) fn invalidate(&self, ids: impl IntoIterator<Item = Uuid>) {
         let mut vectors = self.vectors.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for record in records {
-            if vectors.len() < self.capacity || vectors.contains_key(&record.id) {
-                vectors.insert(record.id, Arc::from(record.embedding.as_slice()));
-            }
-        }
-    }
-
-    pub(super) fn remove(&self, ids: impl IntoIterator<Item = Uuid>) {
-        let mut vectors = self.vectors.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.generation.fetch_add(1, Ordering::AcqRel);
         for id in ids {
             vectors.remove(&id);
         }
     }
 
     pub(super) fn clear(&self) {
-        self.vectors.write().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        let mut vectors = self.vectors.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        vectors.clear();
     }
 }

@@ -4,9 +4,10 @@
 //!
 //! Search asks SQLite for the ids that pass tenant, scope, expiration and filter in one aggregate
 //! row, and scores them against embeddings held in a bounded in-process cache (filled from the
-//! blobs on first use, kept current by this store's own writes). Reading every blob row by row on
-//! each query costs ~6 µs a row through the driver, ten times the cosine arithmetic. The cache
-//! assumes this process is the only writer of the file, which is how the embedded store is used.
+//! blobs on first use; this store's writes drop what they change, see `cache.rs`). Reading every
+//! blob row by row on each query costs ~6 µs a row through the driver, ten times the cosine
+//! arithmetic. The cache assumes this process is the only writer of the file, which is how the
+//! embedded store is used.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -82,6 +83,7 @@ impl SqliteStore {
     /// (`+tenant` in the id-list queries keeps SQLite's planner on the primary key: with a plain
     /// `tenant = ?` it walks the tenant's whole index instead, 25 ms at 10k rows.)
     async fn vectors(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<SharedVector>> {
+        let generation = self.cache.generation();
         let (mut found, missing) = self.cache.get_many(ids);
         for chunk in missing.chunks(FETCH_CHUNK) {
             let placeholders = vec!["?"; chunk.len()].join(", ");
@@ -97,7 +99,7 @@ impl SqliteStore {
                 let id = Uuid::parse_str(&id).map_err(|error| Error::Internal(format!("stored id {id}: {error}")))?;
                 loaded.push((id, Arc::from(decode_embedding(bytes))));
             }
-            self.cache.fill(&loaded);
+            self.cache.fill(&loaded, generation);
             found.extend(loaded);
         }
         Ok(found)
@@ -184,9 +186,8 @@ impl MemoryRows for SqliteStore {
         let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let applied = apply_in(&mut transaction, write).await?;
         transaction.commit().await?;
-        self.cache.remove(applied.deleted.iter().map(|record| record.id));
-        self.cache.put(&write.update);
-        self.cache.put(&write.insert);
+        let changed = write.delete.iter().chain(write.update.iter().map(|record| &record.id));
+        self.cache.invalidate(changed.copied());
         Ok(applied)
     }
 

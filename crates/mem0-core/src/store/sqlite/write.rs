@@ -134,6 +134,15 @@ pub(super) async fn write_terms(executor: &mut sqlx::SqliteConnection, record: &
 /// Applies a write inside an open transaction (see [`WriteSet`] for the order).
 pub(super) async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &WriteSet) -> Result<Applied> {
     let mut applied = Applied::default();
+    for (id, expected) in &write.expect {
+        let current: Option<i64> = sqlx::query_scalar("select updated_at from memories where id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&mut *executor)
+            .await?;
+        if current != Some(micros(*expected)) {
+            return Err(Error::Conflict(format!("memory {id} changed meanwhile")));
+        }
+    }
     let touched: Vec<String> = write.relink.iter().chain(&write.delete).map(Uuid::to_string).collect();
     applied.previous_links = load_links(executor, &touched).await?;
     let mut orphan_candidates = linked_entities(executor, &touched).await?;
