@@ -7,8 +7,6 @@ use std::sync::Arc;
 
 use mem0_core::history::HistoryStore;
 use mem0_core::providers::embedder::{Embedder, LocalEmbedder};
-use mem0_core::providers::llm::build_llm;
-use mem0_core::providers::reranker::build_reranker;
 use mem0_core::store::{PgVectorConfig, PgVectorStore, SqliteStore, VectorStore};
 use mem0_core::Memory;
 use mem0_server::config::Settings;
@@ -161,14 +159,8 @@ impl TestServer {
             }
         };
         let history = HistoryStore::open(&data_dir.join("history.db")).await.expect("open history");
-        let llm = build_llm(&settings.memory.llm).expect("llm client");
-        let reranker = build_reranker(&settings.memory.reranker, llm.as_ref()).expect("reranker");
-        let memory = Memory::new(store, history, embedder)
-            .await
-            .expect("memory service")
-            .with_llm(llm, settings.memory.extraction.clone())
-            .with_retrieval(settings.memory.retrieval)
-            .with_reranker(reranker, settings.memory.reranker.candidates);
+        // The composition root of the server, with this test's stores and embedder.
+        let memory = Memory::assemble(store, history, embedder, &settings.memory).await.expect("memory service");
         let state = mem0_server::assemble_state(memory, settings).await.expect("server state");
         let request_log = state.request_log.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");

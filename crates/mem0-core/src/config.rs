@@ -3,12 +3,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::history::HistoryStore;
 use crate::memory::{ExtractionSettings, Memory};
-use crate::providers::embedder::{build_embedder, EmbedderConfig};
+use crate::providers::embedder::{build_embedder, Embedder, EmbedderConfig};
 use crate::providers::llm::{build_llm, LlmConfig};
 use crate::providers::reranker::{build_reranker, RerankerConfig};
 use crate::retrieval::RetrievalSettings;
@@ -53,7 +53,7 @@ pub struct VectorStoreConfig {
 }
 
 /// The vector store providers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum VectorStoreProvider {
     /// The embedded store: one SQLite file, no external service.
@@ -91,12 +91,28 @@ pub struct HistoryConfig {
     pub path: PathBuf,
 }
 
-impl Memory {
-    /// Builds the embedder and stores from `config` and checks they fit together.
+impl MemoryConfig {
+    /// Checks every section: one set of rules for startup and runtime changes.
     ///
     /// # Errors
-    /// [`crate::Error::Config`] for a model that cannot load or a dimension mismatch; store errors.
+    /// A message naming the bad key (under `prefix`, e.g. `memory`).
+    pub fn validate(&self, prefix: &str) -> std::result::Result<(), String> {
+        self.embedder.validate(&format!("{prefix}.embedder"))?;
+        self.llm.validate(&format!("{prefix}.llm"))?;
+        self.extraction.validate(&format!("{prefix}.extraction"))?;
+        self.retrieval.validate().map_err(|message| format!("{prefix}.{message}"))?;
+        self.reranker.validate(&format!("{prefix}.reranker"))
+    }
+}
+
+impl Memory {
+    /// Builds the embedder and stores from `config`, then the service ([`Memory::assemble`]).
+    ///
+    /// # Errors
+    /// [`crate::Error::Config`] for invalid settings, a model that cannot load or a dimension
+    /// mismatch; store errors.
     pub async fn from_config(config: &MemoryConfig) -> Result<Self> {
+        config.validate("memory").map_err(crate::Error::Config)?;
         let embedder = build_embedder(&config.embedder).await?;
         let store: Arc<dyn VectorStore> = match config.vector_store.provider {
             VectorStoreProvider::Sqlite => {
@@ -112,11 +128,39 @@ impl Memory {
             }
         };
         let history = HistoryStore::open(&config.history.path).await?;
-        let llm = build_llm(&config.llm)?;
+        Self::assemble(store, history, embedder, config).await
+    }
+
+    /// The one place a service is put together from its stores, its embedder and the rest of
+    /// `config` (LLM, reranker, extraction and retrieval settings): at startup, by tests with
+    /// stores of their own, and (through [`Memory::reconfigure`]) when settings change at runtime.
+    ///
+    /// # Errors
+    /// [`crate::Error::Config`] for invalid settings or a dimension mismatch; store errors.
+    pub async fn assemble(
+        store: Arc<dyn VectorStore>,
+        history: HistoryStore,
+        embedder: Arc<dyn Embedder>,
+        config: &MemoryConfig,
+    ) -> Result<Self> {
+        Memory::new(store, history, embedder).await?.reconfigure(None, config).await
+    }
+
+    /// The service with the providers and settings of `config` (the stores stay): a new
+    /// `embedder` when given (its dimension checked against the store), the LLM, reranker,
+    /// extraction and retrieval settings built from `config`.
+    ///
+    /// # Errors
+    /// [`crate::Error::Config`] for invalid settings or a dimension mismatch; store errors.
+    pub async fn reconfigure(&self, embedder: Option<Arc<dyn Embedder>>, config: &MemoryConfig) -> Result<Self> {
         config.retrieval.validate().map_err(crate::Error::Config)?;
+        let base = match embedder {
+            Some(embedder) => self.with_embedder(embedder).await?,
+            None => self.clone(),
+        };
+        let llm = build_llm(&config.llm)?;
         let reranker = build_reranker(&config.reranker, llm.as_ref())?;
-        Ok(Memory::new(store, history, embedder)
-            .await?
+        Ok(base
             .with_llm(llm, config.extraction.clone())
             .with_retrieval(config.retrieval)
             .with_reranker(reranker, config.reranker.candidates))

@@ -638,6 +638,26 @@ fn chinese(text: &str, out: &mut Vec<(usize, FoundEntity)>) {
     }
 }
 
+/// Most entities kept per fact (their longest length is [`MAX_ENTITY_CHARS`]).
+const MAX_ENTITIES_PER_FACT: usize = 20;
+
+/// Named things in a memory text, found without a model (rule-based English, tagged Chinese).
+pub(crate) fn names_in(text: &str) -> Vec<String> {
+    clean(extract(text).into_iter().map(|entity| entity.text).collect())
+}
+
+/// Trims, drops empty, over-long and repeated (case-insensitively) entity names; bounds the count.
+pub(crate) fn clean(entities: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    entities
+        .into_iter()
+        .map(|entity| entity.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|entity| !entity.is_empty() && entity.chars().count() <= MAX_ENTITY_CHARS)
+        .filter(|entity| seen.insert(entity.to_lowercase()))
+        .take(MAX_ENTITIES_PER_FACT)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,4 @@
-//! The filter language of search and list (spec §11.4, extended): field conditions with typed
+//! The filter language of search and list (Mem0's, extended): field conditions with typed
 //! operators, combined with `AND` / `OR` / `NOT` nested to any depth (bounded).
 //!
 //! A parsed [`Filter`] is store-agnostic; each store compiles it to SQL with bound parameters.

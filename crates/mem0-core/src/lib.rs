@@ -1,12 +1,13 @@
 //! mem0-core: long-term memory for AI agents as a library.
 //!
 //! [`Memory`] is the service (add, get, list, search, update, delete, delete_all, history, reset);
-//! every operation takes a [`Caller`] whose tenant and scope grant the core enforces. Storage sits
-//! behind [`store::VectorStore`] (embedded SQLite today) with the SQLite [`history::HistoryStore`]
-//! beside it; embeddings come from [`providers::embedder::Embedder`] implementations.
+//! every operation takes a [`Caller`] whose tenant and scope grant the core enforces. Memories live
+//! behind the [`store::VectorStore`] traits (the embedded SQLite store or Postgres + pgvector), the
+//! history, conversation buffer, request log and API keys in the SQLite [`history::HistoryStore`];
+//! embeddings, LLM calls and reranking come from [`providers`].
 
 pub mod analysis;
-pub mod auth;
+pub mod api_keys;
 pub mod config;
 pub mod entities;
 pub mod error;

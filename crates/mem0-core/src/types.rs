@@ -51,6 +51,31 @@ pub struct MemoryRecord {
 }
 
 impl MemoryRecord {
+    /// A new memory of `tenant` and `scope` saying `text`, created (and last changed) at `at`:
+    /// a fresh id, the md5 hash and the analysed text computed, no metadata, expiration,
+    /// attribution, role, actor, type, links or entities (set those with struct update syntax).
+    pub fn new(tenant: impl Into<String>, scope: Scope, text: String, embedding: Vec<f32>, at: DateTime<Utc>) -> Self {
+        Self {
+            id: Uuid::now_v7(),
+            tenant: tenant.into(),
+            scope,
+            hash: memory_hash(&text),
+            text_lemmatized: crate::analysis::lemmatize(&text),
+            memory: text,
+            metadata: Metadata::new(),
+            created_at: at,
+            updated_at: at,
+            expiration_date: None,
+            attributed_to: None,
+            role: None,
+            actor_id: None,
+            memory_type: None,
+            linked_memory_ids: Vec::new(),
+            entities: Vec::new(),
+            embedding,
+        }
+    }
+
     /// Returns true when the memory has expired on `today` (a memory expiring today is still visible).
     pub fn is_expired(&self, today: NaiveDate) -> bool {
         self.expiration_date.is_some_and(|date| date < today)
@@ -63,7 +88,7 @@ pub fn memory_hash(text: &str) -> String {
     digest.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// A memory as returned to callers (spec §8.3), without its embedding.
+/// A memory as returned to callers (the shape of Mem0's memory items), without its embedding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoryItem {
     /// Memory id.
@@ -178,7 +203,7 @@ impl HistoryEvent {
     }
 }
 
-/// One change to a memory (spec §13), as stored and as returned.
+/// One change to a memory (the shape of Mem0's history entries), as stored and as returned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryRecord {
     /// Entry id.

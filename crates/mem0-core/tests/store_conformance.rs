@@ -1,6 +1,9 @@
 //! One conformance suite for every `VectorStore`: the same inputs must give the same results for
-//! tenancy, scopes, filters, ordering, pagination, expiration, search and the dimension check.
-//! Each store gets the suite through `conformance_suite!`; the embedded SQLite store runs here.
+//! tenancy, scopes, filters, ordering, pagination, expiration, search, the keyword index, entity
+//! links, all-or-nothing writes with their undo, and the dimension check. Each store gets the
+//! suite through `conformance_suite!`: the embedded SQLite store and Postgres + pgvector (a fresh
+//! database in the test Postgres, `DATABASE_URL`), followed by tests only Postgres needs
+//! (HNSW path, bulk import, concurrent writers, cancelled operations).
 
 use std::collections::HashSet;
 

@@ -6,10 +6,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use mem0_core::auth::ApiKeys;
+use mem0_core::api_keys::ApiKeys;
 use mem0_core::{Caller, Role, ScopeGrant};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
@@ -211,7 +211,7 @@ impl Jwks {
 }
 
 fn unauthenticated(message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthenticated, message)
+    ApiError::new(ErrorCode::Unauthenticated, message)
 }
 
 impl JwtVerifier {

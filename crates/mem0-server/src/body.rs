@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
@@ -29,22 +28,16 @@ pub async fn read_body(State(settings): State<BodySettings>, request: Request, n
     let read = tokio::time::timeout(settings.timeout, Limited::new(body, settings.limit).collect()).await;
     match read {
         Ok(Ok(collected)) => next.run(Request::from_parts(parts, Body::from(collected.to_bytes()))).await,
-        Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::PayloadTooLarge,
-            "request body is larger than the configured limit",
-        )
-        .into_response(),
-        Ok(Err(error)) => ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidJson,
-            format!("the body could not be read: {error}"),
-        )
-        .into_response(),
+        Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => {
+            ApiError::new(ErrorCode::PayloadTooLarge, "request body is larger than the configured limit")
+                .into_response()
+        }
+        Ok(Err(error)) => {
+            ApiError::new(ErrorCode::InvalidJson, format!("the body could not be read: {error}")).into_response()
+        }
         Err(_) => {
             tracing::info!(timeout_secs = settings.timeout.as_secs(), "request body did not arrive in time");
             ApiError::new(
-                StatusCode::REQUEST_TIMEOUT,
                 ErrorCode::RequestBodyTimeout,
                 format!("the request body did not arrive within {} s", settings.timeout.as_secs()),
             )

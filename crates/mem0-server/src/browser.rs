@@ -15,7 +15,7 @@
 use std::net::IpAddr;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -101,7 +101,7 @@ impl BrowserGuard {
 }
 
 fn refusal(code: ErrorCode, message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::FORBIDDEN, code, message)
+    ApiError::new(code, message)
 }
 
 /// The host of an authority (`name:port`, `[v6]:port`, `name`), lower case, without port or brackets.

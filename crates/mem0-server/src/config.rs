@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use config::{Config, Environment, File, FileFormat};
-use mem0_core::providers::embedder::EmbedderProvider;
+
 use mem0_core::MemoryConfig;
 use secrecy::{ExposeSecret as _, SecretString};
 use serde::Deserialize;
@@ -191,7 +191,8 @@ impl Settings {
     /// # Errors
     /// A message naming the key.
     pub fn validate(&self) -> anyhow::Result<()> {
-        self.memory.retrieval.validate().map_err(|message| anyhow::anyhow!("memory.{message}"))?;
+        // The same rules as runtime changes (`/configure`).
+        self.memory.validate("memory").map_err(|message| anyhow::anyhow!("{message}"))?;
         let server = &self.server;
         anyhow::ensure!(
             (1024..=64 * 1024 * 1024).contains(&server.body_limit_bytes),
@@ -225,19 +226,6 @@ impl Settings {
         anyhow::ensure!(self.request_log.retention_days >= 1, "request_log.retention_days must be at least 1");
         mem0_core::scope::validate_scope_id("server.default_tenant", &server.default_tenant)
             .map_err(|error| anyhow::anyhow!("{error}"))?;
-        let embedder = &self.memory.embedder;
-        if embedder.provider == EmbedderProvider::Openai {
-            if let Some(url) = &embedder.openai.base_url {
-                let parsed = url::Url::parse(url).map_err(|error| {
-                    anyhow::anyhow!("memory.embedder.openai.base_url `{url}` is not a URL: {error}")
-                })?;
-                anyhow::ensure!(
-                    matches!(parsed.scheme(), "http" | "https"),
-                    "memory.embedder.openai.base_url must be http or https, got `{url}`"
-                );
-            }
-            anyhow::ensure!(!embedder.openai.model.trim().is_empty(), "memory.embedder.openai.model cannot be empty");
-        }
         Ok(())
     }
 }
@@ -250,6 +238,7 @@ mod tests {
     use secrecy::ExposeSecret;
 
     use super::*;
+    use mem0_core::providers::embedder::EmbedderProvider;
 
     fn env(pairs: &[(&str, &str)]) -> Environment {
         let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -80,6 +80,36 @@ pub enum ErrorCode {
     InternalError,
 }
 
+impl ErrorCode {
+    /// The one status each code is answered with.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::ValidationFailed
+            | Self::InvalidJson
+            | Self::InvalidQuery
+            | Self::InvalidMemoryId
+            | Self::UnsupportedFilterOperator
+            | Self::ConfigurationRejected
+            | Self::LlmNotConfigured => StatusCode::BAD_REQUEST,
+            Self::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Self::Forbidden | Self::HostNotAllowed | Self::CrossSiteRequest => StatusCode::FORBIDDEN,
+            Self::MemoryNotFound | Self::RouteNotFound | Self::ApiKeyNotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::Conflict => StatusCode::CONFLICT,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Self::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::ProviderAuthFailed | Self::ProviderBadRequest | Self::ProviderBadResponse => StatusCode::BAD_GATEWAY,
+            Self::ProviderRateLimited | Self::ProviderUnavailable | Self::StoreUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Self::ProviderTimeout | Self::RequestTimeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+}
+
 /// The body of every error response.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ErrorBody {
@@ -106,15 +136,14 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    /// Builds an error with a status, code and message.
-    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), details: None, retry_after: None }
+    /// Builds an error with a code (its status comes from [`ErrorCode::status`]) and a message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { status: code.status(), code, message: message.into(), details: None, retry_after: None }
     }
 
     /// A validation error naming `field`.
     pub fn validation(field: &str, message: impl std::fmt::Display) -> Self {
-        let mut error =
-            Self::new(StatusCode::BAD_REQUEST, ErrorCode::ValidationFailed, format!("invalid {field}: {message}"));
+        let mut error = Self::new(ErrorCode::ValidationFailed, format!("invalid {field}: {message}"));
         error.details = Some(serde_json::json!({ "field": field }));
         error
     }
@@ -137,36 +166,30 @@ impl From<CoreError> for ApiError {
         match error {
             CoreError::Validation { field, message } => Self::validation(&field, message),
             CoreError::UnsupportedOperator { operator } => {
-                let mut api = Self::new(
-                    StatusCode::BAD_REQUEST,
-                    ErrorCode::UnsupportedFilterOperator,
+                let mut api = Self::new(ErrorCode::UnsupportedFilterOperator,
                     format!("unsupported filter operator `{operator}`; use one of eq, ne, gt, gte, lt, lte, in, nin, contains, icontains"),
                 );
                 api.details = Some(serde_json::json!({ "field": "filters", "operator": operator }));
                 api
             }
-            CoreError::MemoryNotFound { id } => {
-                Self::new(StatusCode::NOT_FOUND, ErrorCode::MemoryNotFound, format!("memory {id} not found"))
-            }
-            CoreError::Forbidden(message) => Self::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, message),
-            CoreError::Conflict(message) => Self::new(StatusCode::CONFLICT, ErrorCode::Conflict, message),
-            CoreError::ApiKeyNotFound { id } => {
-                Self::new(StatusCode::NOT_FOUND, ErrorCode::ApiKeyNotFound, format!("api key {id} not found"))
-            }
+            CoreError::MemoryNotFound { id } => Self::new(ErrorCode::MemoryNotFound, format!("memory {id} not found")),
+            CoreError::Forbidden(message) => Self::new(ErrorCode::Forbidden, message),
+            CoreError::Conflict(message) => Self::new(ErrorCode::Conflict, message),
+            CoreError::ApiKeyNotFound { id } => Self::new(ErrorCode::ApiKeyNotFound, format!("api key {id} not found")),
             CoreError::LlmNotConfigured => {
-                Self::new(StatusCode::BAD_REQUEST, ErrorCode::LlmNotConfigured, CoreError::LlmNotConfigured.to_string())
+                Self::new(ErrorCode::LlmNotConfigured, CoreError::LlmNotConfigured.to_string())
             }
             CoreError::Provider(provider) => {
-                let (status, code) = match provider.kind {
-                    ProviderErrorKind::AuthFailed => (StatusCode::BAD_GATEWAY, ErrorCode::ProviderAuthFailed),
-                    ProviderErrorKind::RateLimited => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ProviderRateLimited),
-                    ProviderErrorKind::Timeout => (StatusCode::GATEWAY_TIMEOUT, ErrorCode::ProviderTimeout),
-                    ProviderErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ProviderUnavailable),
-                    ProviderErrorKind::BadRequest => (StatusCode::BAD_GATEWAY, ErrorCode::ProviderBadRequest),
-                    ProviderErrorKind::BadResponse => (StatusCode::BAD_GATEWAY, ErrorCode::ProviderBadResponse),
+                let code = match provider.kind {
+                    ProviderErrorKind::AuthFailed => ErrorCode::ProviderAuthFailed,
+                    ProviderErrorKind::RateLimited => ErrorCode::ProviderRateLimited,
+                    ProviderErrorKind::Timeout => ErrorCode::ProviderTimeout,
+                    ProviderErrorKind::Unavailable => ErrorCode::ProviderUnavailable,
+                    ProviderErrorKind::BadRequest => ErrorCode::ProviderBadRequest,
+                    ProviderErrorKind::BadResponse => ErrorCode::ProviderBadResponse,
                 };
                 tracing::warn!(provider = %provider.provider, kind = provider.kind.code(), error = %provider.message, "provider call failed");
-                let mut api = Self::new(status, code, provider.to_string());
+                let mut api = Self::new(code, provider.to_string());
                 api.retry_after = provider
                     .retry_after
                     .or((provider.kind == ProviderErrorKind::RateLimited).then_some(Duration::from_secs(1)));
@@ -174,21 +197,13 @@ impl From<CoreError> for ApiError {
             }
             CoreError::StoreUnavailable(message) => {
                 tracing::error!(error = %message, "store unavailable");
-                let mut api = Self::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorCode::StoreUnavailable,
-                    "a store is unavailable; try again shortly",
-                );
+                let mut api = Self::new(ErrorCode::StoreUnavailable, "a store is unavailable; try again shortly");
                 api.retry_after = Some(Duration::from_secs(1));
                 api
             }
             CoreError::Config(message) | CoreError::Internal(message) => {
                 tracing::error!(error = %message, "internal error");
-                Self::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    ErrorCode::InternalError,
-                    "internal error; see the server log for this request id",
-                )
+                Self::new(ErrorCode::InternalError, "internal error; see the server log for this request id")
             }
         }
     }
@@ -219,33 +234,9 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<JsonRejection> for ApiError {
-    fn from(rejection: JsonRejection) -> Self {
-        let status = rejection.status();
-        let code = match status {
-            StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
-            StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedMediaType,
-            _ => ErrorCode::InvalidJson,
-        };
-        let message = match code {
-            ErrorCode::PayloadTooLarge => "request body is larger than the configured limit".to_owned(),
-            ErrorCode::UnsupportedMediaType => "expected a body with content-type application/json".to_owned(),
-            _ => rejection.body_text(),
-        };
-        let status = if code == ErrorCode::InvalidJson { StatusCode::BAD_REQUEST } else { status };
-        Self::new(status, code, message)
-    }
-}
-
-impl From<QueryRejection> for ApiError {
-    fn from(rejection: QueryRejection) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidQuery, rejection.body_text())
-    }
-}
-
 impl From<PathRejection> for ApiError {
     fn from(rejection: PathRejection) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidMemoryId, rejection.body_text())
+        Self::new(ErrorCode::InvalidMemoryId, rejection.body_text())
     }
 }
 
@@ -266,20 +257,15 @@ where
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         if !json_content_type(request.headers()) {
             return Err(Self::Rejection::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 ErrorCode::UnsupportedMediaType,
                 "expected a body with content-type application/json",
             ));
         }
         let bytes = axum::body::Bytes::from_request(request, state).await.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    ErrorCode::PayloadTooLarge,
-                    "request body is larger than the configured limit",
-                )
+                ApiError::new(ErrorCode::PayloadTooLarge, "request body is larger than the configured limit")
             } else {
-                ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidJson, rejection.body_text())
+                ApiError::new(ErrorCode::InvalidJson, rejection.body_text())
             }
         })?;
         let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
@@ -322,13 +308,9 @@ fn shape_error(category: serde_json::error::Category, field: Option<String>, err
     match (category, field) {
         (serde_json::error::Category::Data, Some(field)) => ApiError::validation(&field, detail),
         (serde_json::error::Category::Data, None) => {
-            ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::ValidationFailed, format!("invalid body: {detail}"))
+            ApiError::new(ErrorCode::ValidationFailed, format!("invalid body: {detail}"))
         }
-        _ => ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidJson,
-            format!("the body is not valid JSON: {text}"),
-        ),
+        _ => ApiError::new(ErrorCode::InvalidJson, format!("the body is not valid JSON: {text}")),
     }
 }
 
@@ -356,11 +338,7 @@ where
             let message = error.inner().to_string();
             match error_field(&error.path().to_string(), &message) {
                 Some(field) => ApiError::validation(&field, message),
-                None => ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    ErrorCode::InvalidQuery,
-                    format!("invalid query string: {message}"),
-                ),
+                None => ApiError::new(ErrorCode::InvalidQuery, format!("invalid query string: {message}")),
             }
         })
     }
@@ -373,7 +351,6 @@ where
 pub fn parse_memory_id(raw: &str) -> Result<uuid::Uuid, ApiError> {
     uuid::Uuid::parse_str(raw).map_err(|_| {
         let mut error = ApiError::new(
-            StatusCode::BAD_REQUEST,
             ErrorCode::InvalidMemoryId,
             format!("invalid memory_id `{}`: expected a UUID", raw.chars().take(64).collect::<String>()),
         );

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -66,7 +66,6 @@ async fn limited(
         Decision::Limited { limit, retry_after } => {
             let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
             let mut response = ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
                 ErrorCode::RateLimited,
                 format!("rate limit of {limit} requests a minute reached; retry in {seconds} s"),
             )

@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{middleware, Router};
@@ -76,11 +75,11 @@ pub fn app(state: AppState) -> Router {
 }
 
 async fn route_not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, ErrorCode::RouteNotFound, "no such route; see /docs for the API")
+    ApiError::new(ErrorCode::RouteNotFound, "no such route; see /docs for the API")
 }
 
 async fn method_not_allowed() -> impl IntoResponse {
-    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, ErrorCode::MethodNotAllowed, "method not allowed on this route")
+    ApiError::new(ErrorCode::MethodNotAllowed, "method not allowed on this route")
 }
 
 /// The periodic sweep leaves journal entries younger than this alone (writes in flight are
@@ -111,9 +110,15 @@ pub async fn assemble_state(memory: Memory, settings: Settings) -> anyhow::Resul
         Ok(delivered) => tracing::info!(delivered, "delivered history left in the journal by an interrupted write"),
         Err(error) => tracing::warn!(%error, "could not deliver the history journal yet; the sweep will retry"),
     }
+    // The composition root: the history volume's handles go to the parts that use them.
     let api_keys = memory.history_store().api_keys();
-    let auth =
-        auth::Authenticator::build(&settings.auth, settings.server.bind, &settings.server.default_tenant, api_keys)?;
+    let requests = memory.history_store().request_log();
+    let auth = auth::Authenticator::build(
+        &settings.auth,
+        settings.server.bind,
+        &settings.server.default_tenant,
+        api_keys.clone(),
+    )?;
     auth.warm_up().await;
     // Without authentication there is one implicit caller on loopback and nobody to protect from
     // anybody: a local bulk import must not hit 429.
@@ -135,7 +140,7 @@ pub async fn assemble_state(memory: Memory, settings: Settings) -> anyhow::Resul
         });
         limits
     });
-    let request_log = request_log::RequestLogWriter::spawn(memory.history_store().clone(), &settings.request_log);
+    let request_log = request_log::RequestLogWriter::spawn(requests.clone(), &settings.request_log);
     let memory_handle = Arc::new(state::MemoryHandle::new(memory, configure::RuntimeConfig::from_settings(&settings)));
     // Journal entries left behind by a write whose undo failed (the store was down at that
     // moment) get their history once it answers again; startup already delivered older ones.
@@ -152,7 +157,15 @@ pub async fn assemble_state(memory: Memory, settings: Settings) -> anyhow::Resul
             }
         }
     });
-    Ok(AppState { memory_handle, settings: Arc::new(settings), auth: Arc::new(auth), limits, request_log })
+    Ok(AppState {
+        memory_handle,
+        settings: Arc::new(settings),
+        auth: Arc::new(auth),
+        limits,
+        request_log,
+        requests,
+        api_keys,
+    })
 }
 
 /// Serves `state` on `listener` until `shutdown` completes, then drains in-flight requests.

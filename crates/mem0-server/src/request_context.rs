@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
@@ -65,7 +65,6 @@ pub async fn request_context(State(context): State<ContextSettings>, mut request
             match tokio::time::timeout(timeout, next.run(request)).await {
                 Ok(response) => response,
                 Err(_) => ApiError::new(
-                    StatusCode::GATEWAY_TIMEOUT,
                     ErrorCode::RequestTimeout,
                     format!("the request took longer than {} s", timeout.as_secs()),
                 )

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use mem0_core::history::{HistoryStore, RequestLogEntry};
+use mem0_core::history::{RequestLog, RequestLogEntry};
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
@@ -49,12 +49,12 @@ impl RequestLogWriter {
     }
 
     /// Starts the writer and the pruning task.
-    pub fn spawn(history: HistoryStore, settings: &RequestLogSettings) -> Self {
+    pub fn spawn(log: RequestLog, settings: &RequestLogSettings) -> Self {
         if !settings.enabled {
             return Self::disabled();
         }
         let (sender, mut receiver) = mpsc::channel::<Command>(QUEUE);
-        let writer_history = history.clone();
+        let writer_log = log.clone();
         tokio::spawn(async move {
             let mut commands = Vec::with_capacity(BATCH);
             let mut batch = Vec::with_capacity(BATCH);
@@ -67,7 +67,7 @@ impl RequestLogWriter {
                     }
                 }
                 if !batch.is_empty() {
-                    if let Err(error) = writer_history.append_requests(&batch).await {
+                    if let Err(error) = writer_log.append(&batch).await {
                         tracing::warn!(%error, entries = batch.len(), "could not write the request log");
                     }
                     batch.clear();
@@ -82,7 +82,7 @@ impl RequestLogWriter {
             let mut every_hour = tokio::time::interval(Duration::from_secs(3600));
             loop {
                 every_hour.tick().await;
-                match history.prune_requests(Utc::now() - retention).await {
+                match log.prune(Utc::now() - retention).await {
                     Ok(0) => {}
                     Ok(pruned) => tracing::info!(pruned, "pruned the request log"),
                     Err(error) => tracing::warn!(%error, "could not prune the request log"),

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
+use mem0_core::api_keys::ApiKeys;
+use mem0_core::history::RequestLog;
 use mem0_core::{Caller, Memory};
-
-use axum::http::StatusCode;
 
 use crate::auth::Authenticator;
 use crate::config::Settings;
@@ -50,8 +50,12 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     /// Rate limits (`None` when switched off).
     pub limits: Option<Arc<dyn Limits>>,
-    /// The request log.
+    /// Where request log entries go (written in the background).
     pub request_log: RequestLogWriter,
+    /// The request log, to read (admins).
+    pub requests: RequestLog,
+    /// The API keys.
+    pub api_keys: ApiKeys,
 }
 
 impl AppState {
@@ -70,8 +74,11 @@ impl FromRequestParts<AppState> for RequestCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &AppState) -> Result<Self, Self::Rejection> {
-        parts.extensions.get::<Caller>().cloned().map(Self).ok_or_else(|| {
-            ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthenticated, "authentication required")
-        })
+        parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .map(Self)
+            .ok_or_else(|| ApiError::new(ErrorCode::Unauthenticated, "authentication required"))
     }
 }

@@ -3,6 +3,7 @@
 //! errors and connection failures (honouring `Retry-After`), and classified errors that never
 //! carry secrets.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, RETRY_AFTER};
@@ -14,7 +15,8 @@ use tracing::warn;
 use crate::error::{ProviderError, ProviderErrorKind};
 
 /// How often and how patiently a failed call is retried.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RetryPolicy {
     /// Attempts in total, including the first (1 = no retries).
@@ -27,6 +29,56 @@ pub struct RetryPolicy {
     /// waited for: the error goes back to the caller with the provider's hint.
     #[serde(default = "default_max_delay_ms")]
     pub max_delay_ms: u64,
+}
+
+impl RetryPolicy {
+    /// Checks the values; `prefix` names the section in messages.
+    ///
+    /// # Errors
+    /// A message naming the bad key.
+    pub fn validate(&self, prefix: &str) -> Result<(), String> {
+        check_range(&format!("{prefix}.max_attempts"), self.max_attempts, 1, 10)?;
+        check_range(&format!("{prefix}.base_delay_ms"), self.base_delay_ms, 1, 60_000)?;
+        check_range(&format!("{prefix}.max_delay_ms"), self.max_delay_ms, self.base_delay_ms, 600_000)
+    }
+}
+
+/// Fails with a message naming `key` unless `value` is within `low..=high`.
+///
+/// # Errors
+/// `"{key} must be between {low} and {high}, got {value}"`.
+pub fn check_range<T: PartialOrd + std::fmt::Display>(key: &str, value: T, low: T, high: T) -> Result<(), String> {
+    if value < low || value > high {
+        return Err(format!("{key} must be between {low} and {high}, got {value}"));
+    }
+    Ok(())
+}
+
+/// Fails unless `url` (when set) is an http(s) URL.
+///
+/// # Errors
+/// A message naming `key`.
+pub fn check_url(key: &str, url: Option<&str>) -> Result<(), String> {
+    let Some(url) = url else { return Ok(()) };
+    let parsed = reqwest::Url::parse(url).map_err(|error| format!("{key} `{url}` is not a URL: {error}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("{key} must be http or https, got `{url}`"));
+    }
+    Ok(())
+}
+
+/// True when two base URLs (`None` meaning the provider's `default`) have the same scheme, host
+/// and port: credentials configured for one may follow a change to the other.
+pub fn same_origin(before: Option<&str>, after: Option<&str>, default: &str) -> bool {
+    let origin = |url: Option<&str>| {
+        reqwest::Url::parse(url.unwrap_or(default)).ok().map(|parsed| {
+            (parsed.scheme().to_owned(), parsed.host_str().map(str::to_owned), parsed.port_or_known_default())
+        })
+    };
+    match (origin(before), origin(after)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
 }
 
 fn default_max_attempts() -> u32 {
@@ -204,9 +256,120 @@ fn provider_message(body: &str, secrets: &[&str]) -> Option<String> {
     Some(message.chars().take(300).collect())
 }
 
+// ---- The base-URL guard of provider URLs changed at runtime ----------------------------------
+
+/// True for addresses provider URLs set at runtime may not reach: link-local, unspecified,
+/// broadcast and the cloud metadata addresses, also when carried inside IPv6.
+fn forbidden_ip(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            v4.is_link_local() || v4.is_unspecified() || v4.is_broadcast() || v4.octets() == [100, 100, 100, 200]
+        }
+        IpAddr::V6(v6) => {
+            if let Some(embedded) = embedded_ipv4(v6) {
+                return forbidden_ip(IpAddr::V4(embedded));
+            }
+            let segments = v6.segments();
+            (segments[0] & 0xffc0) == 0xfe80
+                || v6.is_unspecified()
+                || segments == [0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254]
+        }
+    }
+}
+
+/// The IPv4 address an IPv6 address carries, for the forms that reach an IPv4 host: mapped
+/// (`::ffff:a.b.c.d`), compatible (`::a.b.c.d`, deprecated but still routed by some stacks),
+/// translated (`::ffff:0:a.b.c.d`, RFC 2765), NAT64 (`64:ff9b::a.b.c.d` and the local-use
+/// `64:ff9b:1::/48`, RFC 6052/8215) and 6to4 (`2002:AABB:CCDD::`, RFC 3056).
+fn embedded_ipv4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let s = v6.segments();
+    let low = || std::net::Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    let mapped = s[..5] == [0; 5] && s[5] == 0xffff;
+    // `::` and `::1` are not IPv4 addresses (unspecified and loopback are handled as IPv6).
+    let compatible = s[..6] == [0; 6] && (s[6] != 0 || s[7] > 1);
+    let translated = s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0;
+    let nat64 = s[..6] == [0x64, 0xff9b, 0, 0, 0, 0];
+    if mapped || compatible || translated || nat64 {
+        return Some(low());
+    }
+    if s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1 {
+        // The local-use NAT64 prefix may place the IPv4 address at any of RFC 6052's offsets:
+        // treat the whole /48 as reaching a metadata address.
+        return Some(std::net::Ipv4Addr::new(169, 254, 169, 254));
+    }
+    if s[0] == 0x2002 {
+        return Some(std::net::Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8));
+    }
+    None
+}
+
+/// Refuses base URLs on link-local or metadata addresses (after DNS resolution).
+///
+/// # Errors
+/// A message saying why.
+pub async fn check_base_url(raw: &str, allow_link_local: bool) -> Result<(), String> {
+    let url = url::Url::parse(raw).map_err(|error| format!("base_url `{raw}` is not a URL: {error}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("base_url must be http or https, got `{}`", url.scheme()));
+    }
+    if allow_link_local {
+        return Ok(());
+    }
+    let port = url.port_or_known_default().unwrap_or(443);
+    let addresses: Vec<IpAddr> = match url.host() {
+        Some(url::Host::Ipv4(ip)) => vec![IpAddr::V4(ip)],
+        Some(url::Host::Ipv6(ip)) => vec![IpAddr::V6(ip)],
+        Some(url::Host::Domain(domain)) => {
+            let lower = domain.to_ascii_lowercase();
+            let metadata_names = ["metadata.google.internal", "metadata", "instance-data", "metadata.azure.internal"];
+            if metadata_names.contains(&lower.trim_end_matches('.')) {
+                return Err(format!("base_url host `{domain}` is a cloud metadata service"));
+            }
+            tokio::net::lookup_host((domain, port))
+                .await
+                .map_err(|error| format!("base_url host `{domain}` does not resolve: {error}"))?
+                .map(|address| address.ip())
+                .collect()
+        }
+        None => return Err("base_url has no host".into()),
+    };
+    match addresses.into_iter().find(|ip| forbidden_ip(*ip)) {
+        Some(ip) => Err(format!(
+            "base_url resolves to {ip}, a link-local or metadata address; set configure.allow_link_local_base_urls in the startup configuration to allow it"
+        )),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn metadata_and_link_local_urls_are_refused() {
+        for bad in [
+            "http://169.254.169.254/latest/meta-data",
+            "http://[fe80::1]:8080/v1",
+            "http://metadata.google.internal/v1",
+            "http://100.100.100.200/v1",
+            "http://[::ffff:169.254.169.254]/v1",
+            "http://[::169.254.169.254]/v1",
+            "http://[::ffff:0:169.254.169.254]/v1",
+            "http://[64:ff9b::169.254.169.254]/v1",
+            "http://[64:ff9b:1::a9fe:a9fe]/v1",
+            "http://[64:ff9b:1:a9fe:a9:fe00::]/v1",
+            "http://[2002:a9fe:a9fe::1]/v1",
+            "http://[::ffff:100.100.100.200]/v1",
+            "http://0.0.0.0:11434/v1",
+            "file:///etc/passwd",
+        ] {
+            assert!(check_base_url(bad, false).await.is_err(), "{bad}");
+        }
+        assert!(check_base_url("http://127.0.0.1:11434/v1", false).await.is_ok(), "local servers are fine");
+        assert!(check_base_url("http://[::1]:11434/v1", false).await.is_ok(), "IPv6 loopback is not IPv4");
+        assert!(check_base_url("http://[2001:db8::1]/v1", false).await.is_ok(), "ordinary IPv6");
+        assert!(check_base_url("http://169.254.169.254/v1", true).await.is_ok(), "unless explicitly allowed");
+    }
 
     #[test]
     fn retry_after_is_honoured_up_to_the_cap() {

@@ -12,7 +12,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::http::{ProviderHttp, RetryPolicy};
+use super::http::{check_range, check_url, ProviderHttp, RetryPolicy};
 use super::llm::{ChatMessage, Llm, LlmRequest};
 use crate::error::{ProviderError, ProviderErrorKind, Result};
 
@@ -33,7 +33,7 @@ pub trait Reranker: Debug + Send + Sync + 'static {
 }
 
 /// Which reranker to build.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RerankerConfig {
     /// The provider in use.
@@ -49,6 +49,20 @@ pub struct RerankerConfig {
 
 fn default_candidates() -> usize {
     30
+}
+
+impl RerankerConfig {
+    /// Checks the values; `prefix` names the section in messages (`memory.reranker`).
+    ///
+    /// # Errors
+    /// A message naming the bad key.
+    pub fn validate(&self, prefix: &str) -> std::result::Result<(), String> {
+        check_range(&format!("{prefix}.candidates"), self.candidates, 1, 1000)?;
+        let http = &self.http;
+        check_url(&format!("{prefix}.http.base_url"), http.base_url.as_deref())?;
+        check_range(&format!("{prefix}.http.timeout_secs"), http.timeout_secs, 1, 600)?;
+        http.retry.validate(&format!("{prefix}.http.retry"))
+    }
 }
 
 /// The reranker providers.
@@ -77,14 +91,14 @@ pub enum RerankFormat {
 }
 
 /// Settings of the HTTP reranker.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpRerankerConfig {
     /// API root, e.g. `https://api.cohere.com/v2`, `https://api.jina.ai/v1`, `http://tei:8080`.
     #[serde(default)]
     pub base_url: Option<String>,
-    /// Bearer key (env RERANKER_API_KEY).
-    #[serde(default)]
+    /// Bearer key (env RERANKER_API_KEY). Never serialised.
+    #[serde(default, skip_serializing)]
     pub api_key: Option<SecretString>,
     /// Model name (not sent to TEI).
     #[serde(default = "default_model")]

@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
-use mem0_core::auth::{ApiKeyInfo, NewApiKey};
+use mem0_core::api_keys::{ApiKeyInfo, NewApiKey};
 use mem0_core::{Role, ScopeGrant};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -125,7 +125,7 @@ pub async fn create_api_key(
         role: body.role,
         grant: ScopeGrant { user_ids: body.user_ids, agent_ids: body.agent_ids },
     };
-    let created = state.memory().history_store().api_keys().create(&caller, new).await?;
+    let created = state.api_keys.create(&caller, new).await?;
     tracing::info!(key_id = %created.info.id, tenant = %created.info.tenant, role = ?created.info.role, "api key created");
     Ok((StatusCode::CREATED, AppJson(ApiKeyResponse::from_info(created.info, Some(created.key)))))
 }
@@ -146,7 +146,7 @@ pub async fn list_api_keys(
     State(state): State<AppState>,
     RequestCaller(caller): RequestCaller,
 ) -> Result<AppJson<ApiKeyList>, ApiError> {
-    let keys = state.memory().history_store().api_keys().list(&caller).await?;
+    let keys = state.api_keys.list(&caller).await?;
     Ok(AppJson(ApiKeyList { results: keys.into_iter().map(|info| ApiKeyResponse::from_info(info, None)).collect() }))
 }
 
@@ -170,10 +170,9 @@ pub async fn revoke_api_key(
     RequestCaller(caller): RequestCaller,
     AppPath(key_id): AppPath<String>,
 ) -> Result<AppJson<MessageResponse>, ApiError> {
-    let id = Uuid::parse_str(&key_id).map_err(|_| {
-        ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::ValidationFailed, "invalid key_id: expected a UUID")
-    })?;
-    state.memory().history_store().api_keys().revoke(&caller, id).await?;
+    let id = Uuid::parse_str(&key_id)
+        .map_err(|_| ApiError::new(ErrorCode::ValidationFailed, "invalid key_id: expected a UUID"))?;
+    state.api_keys.revoke(&caller, id).await?;
     tracing::info!(key_id = %id, "api key revoked");
     Ok(AppJson(MessageResponse { message: "API key revoked".to_owned() }))
 }

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::configure::ConfigurePatch;
+use crate::configure::RuntimeConfig;
 use crate::error::{ApiError, AppJson, ErrorBody};
 use crate::state::{AppState, RequestCaller};
 
@@ -50,14 +50,19 @@ pub async fn get_configuration(
 
 /// Change the configuration at runtime (global admin)
 ///
-/// The change is validated, the new providers are built and checked against the stores, and only
-/// then swapped in; a failed change leaves the running configuration as it was. Secrets are not
-/// accepted here: they come from the environment or secret files.
+/// The change (a JSON merge patch over the running configuration) is validated with the startup
+/// rules, the new providers are built and checked against the stores, and only then swapped in;
+/// a failed change leaves the running configuration as it was. Secrets are not accepted here:
+/// they come from the environment or secret files.
 #[utoipa::path(
     post,
     path = "/configure",
     tag = "admin",
-    request_body = ConfigurePatch,
+    request_body(
+        content = RuntimeConfig,
+        description = "A JSON merge patch (RFC 7396) of the runtime configuration: only the keys to change, \
+                       `null` to reset one to its default; no secrets."
+    ),
     responses(
         (status = 200, description = "Applied; the new configuration", body = Object),
         (status = 400, description = "Rejected, with the reason; nothing changed", body = ErrorBody),

@@ -3,10 +3,10 @@
 pub mod admin;
 pub mod api_keys;
 pub mod configure;
-pub mod entities;
 pub mod health;
 pub mod memories;
 pub mod requests;
+pub mod scopes;
 pub mod search;
 
 use chrono::{DateTime, NaiveDate, Utc};
@@ -31,7 +31,7 @@ pub fn api_router() -> OpenApiRouter<AppState> {
         .merge(admin::router())
         .merge(api_keys::router())
         .merge(configure::router())
-        .merge(entities::router())
+        .merge(scopes::router())
         .merge(requests::router())
 }
 

@@ -7,7 +7,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub use local::LocalEmbedder;
 pub use openai::{OpenAiEmbedder, OpenAiEmbedderConfig, DEFAULT_OPENAI_BASE_URL};
@@ -48,7 +48,8 @@ pub trait Embedder: Debug + Send + Sync + 'static {
 
 /// Which embedder to build. Settings of every provider may be present (so configuration layers
 /// can switch provider without deleting keys); `provider` picks one.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct EmbedderConfig {
     /// The provider in use.
@@ -62,7 +63,8 @@ pub struct EmbedderConfig {
 }
 
 /// The embedder providers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum EmbedderProvider {
     /// all-MiniLM-L6-v2 run in-process with candle.
@@ -72,16 +74,37 @@ pub enum EmbedderProvider {
 }
 
 /// Settings of the local embedder.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct LocalEmbedderConfig {
     /// Directory holding `model.safetensors`, `tokenizer.json` and `config.json`.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub model_dir: std::path::PathBuf,
 }
 
 impl Default for LocalEmbedderConfig {
     fn default() -> Self {
         Self { model_dir: "models/all-MiniLM-L6-v2".into() }
+    }
+}
+
+impl EmbedderConfig {
+    /// Checks the values; `prefix` names the section in messages (`memory.embedder`).
+    ///
+    /// # Errors
+    /// A message naming the bad key.
+    pub fn validate(&self, prefix: &str) -> Result<(), String> {
+        if self.local.model_dir.as_os_str().is_empty() {
+            return Err(format!("{prefix}.local.model_dir cannot be empty"));
+        }
+        self.openai.validate(&format!("{prefix}.openai"))
+    }
+
+    /// Takes the credentials of `before` where they still apply (see
+    /// [`OpenAiEmbedderConfig::keep_credentials`]).
+    pub fn keep_credentials(&mut self, before: &Self) {
+        self.openai.keep_credentials(&before.openai);
     }
 }
 

@@ -10,19 +10,21 @@ use serde::{Deserialize, Serialize};
 
 use super::Embedder;
 use crate::error::{ProviderError, ProviderErrorKind, Result};
-use crate::providers::http::classify_status;
+use crate::providers::http::{check_range, check_url, classify_status, same_origin};
 
 const PROVIDER: &str = "openai-embedder";
 
 /// Configuration of an OpenAI-compatible embedder.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct OpenAiEmbedderConfig {
     /// Base URL up to and including `/v1`, e.g. `http://localhost:11434/v1`; `None` means OpenAI's.
     #[serde(default)]
     pub base_url: Option<String>,
-    /// Bearer key; optional for local servers.
-    #[serde(default)]
+    /// Bearer key; optional for local servers. Never serialised (views, persisted settings).
+    #[serde(default, skip_serializing)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub api_key: Option<SecretString>,
     /// Model name sent with every request.
     #[serde(default = "default_model")]
@@ -48,6 +50,34 @@ fn default_timeout_secs() -> u64 {
 }
 fn default_batch_size() -> usize {
     100
+}
+
+impl OpenAiEmbedderConfig {
+    /// Checks the values; `prefix` names the section in messages.
+    ///
+    /// # Errors
+    /// A message naming the bad key.
+    pub fn validate(&self, prefix: &str) -> Result<(), String> {
+        check_url(&format!("{prefix}.base_url"), self.base_url.as_deref())?;
+        if self.model.trim().is_empty() {
+            return Err(format!("{prefix}.model cannot be empty"));
+        }
+        if let Some(dimensions) = self.dimensions {
+            check_range(&format!("{prefix}.dimensions"), dimensions, 1, 16_384)?;
+        }
+        check_range(&format!("{prefix}.timeout_secs"), self.timeout_secs, 1, 600)?;
+        check_range(&format!("{prefix}.batch_size"), self.batch_size, 1, 2048)
+    }
+
+    /// Takes the key of `before` if this config talks to the same origin; a key belongs to the
+    /// host it was configured for and never follows a base URL elsewhere.
+    pub fn keep_credentials(&mut self, before: &Self) {
+        if same_origin(before.base_url.as_deref(), self.base_url.as_deref(), DEFAULT_OPENAI_BASE_URL) {
+            self.api_key.clone_from(&before.api_key);
+        } else {
+            self.api_key = None;
+        }
+    }
 }
 
 impl Default for OpenAiEmbedderConfig {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{completion, endpoint, ChatRole, Llm, LlmRequest, LlmResponse, TokenUsage};
 use crate::error::{ProviderError, Result};
-use crate::providers::http::{ProviderHttp, RetryPolicy};
+use crate::providers::http::{check_range, check_url, same_origin, ProviderHttp, RetryPolicy};
 
 const PROVIDER: &str = "anthropic";
 
@@ -17,14 +17,16 @@ const PROVIDER: &str = "anthropic";
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 
 /// Configuration of the Anthropic client.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AnthropicLlmConfig {
     /// API root (with or without `/v1`).
     #[serde(default)]
     pub base_url: Option<String>,
-    /// `x-api-key`; from ANTHROPIC_API_KEY when unset.
-    #[serde(default)]
+    /// `x-api-key`; from ANTHROPIC_API_KEY when unset. Never serialised.
+    #[serde(default, skip_serializing)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub api_key: Option<SecretString>,
     /// Model name.
     #[serde(default = "default_model")]
@@ -57,6 +59,34 @@ fn default_version() -> String {
 }
 fn default_timeout_secs() -> u64 {
     120
+}
+
+impl AnthropicLlmConfig {
+    /// Checks the values; `prefix` names the section in messages.
+    ///
+    /// # Errors
+    /// A message naming the bad key.
+    pub fn validate(&self, prefix: &str) -> Result<(), String> {
+        check_url(&format!("{prefix}.base_url"), self.base_url.as_deref())?;
+        if self.model.trim().is_empty() {
+            return Err(format!("{prefix}.model cannot be empty"));
+        }
+        if let Some(temperature) = self.temperature {
+            check_range(&format!("{prefix}.temperature"), temperature, 0.0, 1.0)?;
+        }
+        check_range(&format!("{prefix}.max_tokens"), self.max_tokens, 1, 128_000)?;
+        check_range(&format!("{prefix}.timeout_secs"), self.timeout_secs, 1, 600)?;
+        self.retry.validate(&format!("{prefix}.retry"))
+    }
+
+    /// Takes the key of `before` if this config talks to the same origin.
+    pub fn keep_credentials(&mut self, before: &Self) {
+        if same_origin(before.base_url.as_deref(), self.base_url.as_deref(), DEFAULT_ANTHROPIC_BASE_URL) {
+            self.api_key.clone_from(&before.api_key);
+        } else {
+            self.api_key = None;
+        }
+    }
 }
 
 impl Default for AnthropicLlmConfig {

@@ -93,7 +93,8 @@ pub trait Llm: Debug + Send + Sync + 'static {
 }
 
 /// Which LLM to build. Settings of every provider may be present; `provider` picks one.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
     /// The provider in use.
@@ -109,6 +110,7 @@ pub struct LlmConfig {
 
 /// The LLM providers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum LlmProvider {
     /// OpenAI-compatible when an OpenAI key or base URL is set, else Anthropic when its key is set,
@@ -124,6 +126,30 @@ pub enum LlmProvider {
 }
 
 impl LlmConfig {
+    /// Checks the values; `prefix` names the section in messages (`memory.llm`).
+    ///
+    /// # Errors
+    /// A message naming the bad key.
+    pub fn validate(&self, prefix: &str) -> std::result::Result<(), String> {
+        self.openai.validate(&format!("{prefix}.openai"))?;
+        self.anthropic.validate(&format!("{prefix}.anthropic"))
+    }
+
+    /// Takes the credentials of `before` where they still apply (same origin).
+    pub fn keep_credentials(&mut self, before: &Self) {
+        self.openai.keep_credentials(&before.openai);
+        self.anthropic.keep_credentials(&before.anthropic);
+    }
+
+    /// The base URL of the provider in use, when it has one configured.
+    pub fn base_url_in_use(&self) -> Option<&str> {
+        match self.resolved_provider() {
+            LlmProvider::Openai => self.openai.base_url.as_deref(),
+            LlmProvider::Anthropic => self.anthropic.base_url.as_deref(),
+            LlmProvider::None | LlmProvider::Auto => None,
+        }
+    }
+
     /// The provider `auto` resolves to.
     pub fn resolved_provider(&self) -> LlmProvider {
         match self.provider {

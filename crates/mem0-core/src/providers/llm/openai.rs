@@ -14,12 +14,13 @@ use tracing::warn;
 use super::{completion, endpoint, ChatMessage, Llm, LlmRequest, LlmResponse, TokenUsage};
 use crate::error::{ProviderError, ProviderErrorKind, Result};
 use crate::providers::embedder::DEFAULT_OPENAI_BASE_URL;
-use crate::providers::http::{ProviderHttp, RetryPolicy};
+use crate::providers::http::{check_range, check_url, same_origin, ProviderHttp, RetryPolicy};
 
 const PROVIDER: &str = "openai";
 
 /// Whether to ask for JSON output with `response_format`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JsonMode {
     /// Ask for it; if the server rejects `response_format`, rely on the prompt alone from then on.
@@ -32,18 +33,23 @@ pub enum JsonMode {
 }
 
 /// Configuration of an OpenAI-compatible chat client.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct OpenAiLlmConfig {
     /// Base URL up to and including `/v1` (e.g. `http://localhost:11434/v1` for Ollama); `None`
     /// means OpenAI's.
     #[serde(default)]
     pub base_url: Option<String>,
-    /// Key sent as a bearer token (or in `api_key_header`); optional for local servers.
-    #[serde(default)]
+    /// Key sent as a bearer token (or in `api_key_header`); optional for local servers. Never
+    /// serialised (views, persisted settings).
+    #[serde(default, skip_serializing)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub api_key: Option<SecretString>,
     /// Header carrying the key instead of `Authorization: Bearer` (e.g. `api-key` for Azure).
-    #[serde(default)]
+    /// Not serialised: it goes with the key.
+    #[serde(default, skip_serializing)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub api_key_header: Option<String>,
     /// Model (or deployment) name.
     #[serde(default = "default_model")]
@@ -65,11 +71,15 @@ pub struct OpenAiLlmConfig {
     /// `reasoning_effort` sent to reasoning models (`minimal`, `low`, `medium`, `high`).
     #[serde(default)]
     pub reasoning_effort: Option<String>,
-    /// Extra headers on every request (e.g. OpenRouter's `HTTP-Referer`).
-    #[serde(default)]
+    /// Extra headers on every request (e.g. OpenRouter's `HTTP-Referer`). Not serialised: they
+    /// may carry credentials.
+    #[serde(default, skip_serializing)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub extra_headers: BTreeMap<String, String>,
-    /// Extra query parameters (e.g. Azure's `api-version`).
-    #[serde(default)]
+    /// Extra query parameters (e.g. Azure's `api-version`). Not serialised: they may carry
+    /// credentials.
+    #[serde(default, skip_serializing)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub query_params: BTreeMap<String, String>,
     /// Timeout of one attempt, in seconds.
     #[serde(default = "default_timeout_secs")]
@@ -106,6 +116,43 @@ impl Default for OpenAiLlmConfig {
             query_params: BTreeMap::new(),
             timeout_secs: default_timeout_secs(),
             retry: RetryPolicy::default(),
+        }
+    }
+}
+
+impl OpenAiLlmConfig {
+    /// Checks the values; `prefix` names the section in messages.
+    ///
+    /// # Errors
+    /// A message naming the bad key.
+    pub fn validate(&self, prefix: &str) -> Result<(), String> {
+        check_url(&format!("{prefix}.base_url"), self.base_url.as_deref())?;
+        if self.model.trim().is_empty() {
+            return Err(format!("{prefix}.model cannot be empty"));
+        }
+        if let Some(temperature) = self.temperature {
+            check_range(&format!("{prefix}.temperature"), temperature, 0.0, 2.0)?;
+        }
+        if let Some(max_tokens) = self.max_tokens {
+            check_range(&format!("{prefix}.max_tokens"), max_tokens, 1, 128_000)?;
+        }
+        check_range(&format!("{prefix}.timeout_secs"), self.timeout_secs, 1, 600)?;
+        self.retry.validate(&format!("{prefix}.retry"))
+    }
+
+    /// Takes the key, key header, extra headers and query parameters of `before` if this config
+    /// talks to the same origin; they belong to the host they were configured for.
+    pub fn keep_credentials(&mut self, before: &Self) {
+        if same_origin(before.base_url.as_deref(), self.base_url.as_deref(), DEFAULT_OPENAI_BASE_URL) {
+            self.api_key.clone_from(&before.api_key);
+            self.api_key_header.clone_from(&before.api_key_header);
+            self.extra_headers.clone_from(&before.extra_headers);
+            self.query_params.clone_from(&before.query_params);
+        } else {
+            self.api_key = None;
+            self.api_key_header = None;
+            self.extra_headers.clear();
+            self.query_params.clear();
         }
     }
 }

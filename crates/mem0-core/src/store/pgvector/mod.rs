@@ -2,7 +2,7 @@
 //! ids and timestamps, caller metadata as `jsonb`, embeddings as `vector(d)` with an HNSW cosine
 //! index. Scoped search returns a full, exact top-k: small scopes are ranked exactly (the HNSW
 //! index is bypassed), large ones use the index with pgvector 0.8 iterative scans so a filter can
-//! never starve the result (Mem0's post-filter bug, spec §17 item 8).
+//! never starve the result (Mem0 filters after an approximate search and returns short pages).
 
 use std::time::Duration;
 

@@ -1,7 +1,8 @@
-//! Scope ids that own memories (`GET /entities`) and deleting one of them with its memories.
+//! Scope ids that own memories (`GET /entities`: Mem0 calls users, agents and runs "entities";
+//! in the core "entities" are the named things a memory mentions) and deleting one of them with
+//! its memories.
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use mem0_core::memory::DEFAULT_PAGE_SIZE;
 use mem0_core::store::{ScopeKind, ScopeSummary};
@@ -125,13 +126,8 @@ pub async fn delete_entity(
     RequestCaller(caller): RequestCaller,
     AppPath((entity_type, entity_id)): AppPath<(String, String)>,
 ) -> Result<AppJson<DeleteAllResponse>, ApiError> {
-    let kind = parse_kind(&entity_type).map_err(|_| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::ValidationFailed,
-            "invalid entity_type: must be user, agent or run",
-        )
-    })?;
+    let kind = parse_kind(&entity_type)
+        .map_err(|_| ApiError::new(ErrorCode::ValidationFailed, "invalid entity_type: must be user, agent or run"))?;
     let id = Some(entity_id.as_str());
     let scope = match kind {
         ScopeKind::User => mem0_core::Scope::new(id, None, None),

@@ -1,5 +1,12 @@
-//! The history volume: one SQLite file with the `history` of every memory change and the
-//! conversation `messages` buffer (spec §13, with indexes, tenant and scope on every row).
+//! The history volume: one SQLite file holding the `history` of every memory change (this
+//! file), the conversation buffer (`buffer.rs`), the request log (`request_log.rs`) and the API
+//! keys ([`crate::api_keys`]); tenant and scope on every row.
+
+mod buffer;
+mod request_log;
+
+pub use self::buffer::session_under;
+pub use self::request_log::{RequestLog, RequestLogEntry};
 
 use std::path::Path;
 
@@ -8,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
-use crate::auth::ApiKeys;
+use crate::api_keys::ApiKeys;
 use crate::error::{Error, Result};
 use crate::scope::Scope;
 use crate::store::JournalEntry;
@@ -37,27 +44,6 @@ pub struct BufferedMessages {
     pub at: DateTime<Utc>,
     /// The messages, in order.
     pub messages: Vec<Message>,
-}
-
-/// The `&key=value&` pieces a session key (see [`crate::extraction::session_scope`]) of a
-/// session under `scope` contains, once wrapped in `&`.
-fn session_pairs(scope: &Scope) -> Vec<String> {
-    scope
-        .pairs()
-        .iter()
-        .map(|(key, value)| {
-            let escaped = value.replace('%', "%25").replace('&', "%26").replace('=', "%3D");
-            format!("&{key}={escaped}&")
-        })
-        .collect()
-}
-
-/// True when the session key `session` belongs to a session under `scope` (it holds each of the
-/// scope's ids), e.g. every session of a user for `user_id=u`.
-pub fn session_under(session: &str, scope: &Scope) -> bool {
-    let wrapped = format!("&{session}&");
-    let pairs = session_pairs(scope);
-    !pairs.is_empty() && pairs.iter().all(|pair| wrapped.contains(pair.as_str()))
 }
 
 /// What a journal entry carries to the history volume (see [`crate::store::JournalEntry`]).
@@ -116,27 +102,6 @@ impl Pending {
     }
 }
 
-/// One handled request, as kept in the request log.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RequestLogEntry {
-    /// Row id (increasing; 0 before it is stored).
-    pub id: i64,
-    /// When the request finished.
-    pub at: DateTime<Utc>,
-    /// HTTP method.
-    pub method: String,
-    /// Route template (`/memories/{memory_id}`), never the raw path.
-    pub route: String,
-    /// Response status.
-    pub status: u16,
-    /// Handling time in milliseconds.
-    pub latency_ms: f64,
-    /// Who called (`key:<id>`, `jwt:<sub>`, `admin`, `local`), when known.
-    pub principal_id: Option<String>,
-    /// The caller's tenant, when known.
-    pub tenant: Option<String>,
-}
-
 /// The SQLite history volume.
 #[derive(Debug, Clone)]
 pub struct HistoryStore {
@@ -158,84 +123,9 @@ impl HistoryStore {
         ApiKeys::new(self.pool.clone())
     }
 
-    /// Appends request log entries in one transaction.
-    ///
-    /// # Errors
-    /// [`Error::StoreUnavailable`].
-    pub async fn append_requests(&self, entries: &[RequestLogEntry]) -> Result<()> {
-        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        for entry in entries {
-            sqlx::query(
-                "insert into request_log (at, method, route, status, latency_ms, principal_id, tenant) \
-                 values (?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(entry.at.timestamp_micros())
-            .bind(&entry.method)
-            .bind(&entry.route)
-            .bind(i64::from(entry.status))
-            .bind(entry.latency_ms)
-            .bind(&entry.principal_id)
-            .bind(&entry.tenant)
-            .execute(&mut *transaction)
-            .await?;
-        }
-        transaction.commit().await?;
-        Ok(())
-    }
-
-    /// Returns up to `limit` request log entries, newest first, older than `before` (an entry id),
-    /// of `tenant` or of every tenant when `None`, and only of `principals` when given.
-    ///
-    /// # Errors
-    /// [`Error::StoreUnavailable`].
-    pub async fn recent_requests(
-        &self,
-        tenant: Option<&str>,
-        principals: Option<&[String]>,
-        before: Option<i64>,
-        limit: usize,
-    ) -> Result<Vec<RequestLogEntry>> {
-        let principal_filter = match principals {
-            Some([]) => return Ok(Vec::new()),
-            Some(list) => format!(" and principal_id in ({})", vec!["?"; list.len()].join(", ")),
-            None => String::new(),
-        };
-        let statement = format!(
-            "select id, at, method, route, status, latency_ms, principal_id, tenant from request_log \
-             where (? is null or tenant = ?) and id < ?{principal_filter} order by id desc limit ?"
-        );
-        let mut query = sqlx::query(&statement).bind(tenant).bind(tenant).bind(before.unwrap_or(i64::MAX));
-        for principal in principals.unwrap_or_default() {
-            query = query.bind(principal);
-        }
-        let rows = query.bind(i64::try_from(limit).unwrap_or(i64::MAX)).fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|row| {
-                let status: i64 = row.try_get("status")?;
-                Ok(RequestLogEntry {
-                    id: row.try_get("id")?,
-                    at: DateTime::from_timestamp_micros(row.try_get("at")?).unwrap_or_default(),
-                    method: row.try_get("method")?,
-                    route: row.try_get("route")?,
-                    status: u16::try_from(status).unwrap_or_default(),
-                    latency_ms: row.try_get("latency_ms")?,
-                    principal_id: row.try_get("principal_id")?,
-                    tenant: row.try_get("tenant")?,
-                })
-            })
-            .collect()
-    }
-
-    /// Deletes request log entries older than `cutoff`; returns how many.
-    ///
-    /// # Errors
-    /// [`Error::StoreUnavailable`].
-    pub async fn prune_requests(&self, cutoff: DateTime<Utc>) -> Result<u64> {
-        let result = sqlx::query("delete from request_log where at < ?")
-            .bind(cutoff.timestamp_micros())
-            .execute(&self.pool)
-            .await?;
-        Ok(result.rows_affected())
+    /// Returns the request log, which lives in the same volume.
+    pub fn request_log(&self) -> RequestLog {
+        RequestLog::new(self.pool.clone())
     }
 
     /// Delivers history entries and buffered conversation messages in one transaction, then
@@ -326,48 +216,6 @@ impl HistoryStore {
         }
         transaction.commit().await?;
         Ok(())
-    }
-
-    /// Deletes the buffered messages of every session under `scope` (sessions whose key holds
-    /// each of the scope's ids), e.g. all of a user's sessions for `user_id=u`.
-    ///
-    /// # Errors
-    /// [`Error::StoreUnavailable`].
-    pub async fn forget_sessions(&self, tenant: &str, scope: &Scope) -> Result<()> {
-        let pairs = session_pairs(scope);
-        if pairs.is_empty() {
-            return Ok(());
-        }
-        // instr, not like: scope ids may contain `_`, a like wildcard.
-        let conditions = vec!["instr('&' || session_scope || '&', ?) > 0"; pairs.len()].join(" and ");
-        let statement = format!("delete from messages where tenant = ? and {conditions}");
-        let mut query = sqlx::query(&statement).bind(tenant);
-        for pair in &pairs {
-            query = query.bind(pair);
-        }
-        query.execute(&self.pool).await?;
-        Ok(())
-    }
-
-    /// Returns the newest `limit` buffered messages of a session, oldest first.
-    ///
-    /// # Errors
-    /// [`Error::StoreUnavailable`].
-    pub async fn recent_messages(&self, tenant: &str, session: &str, limit: usize) -> Result<Vec<Message>> {
-        let rows = sqlx::query(
-            "select role, content, name from (select role, content, name, seq from messages \
-             where tenant = ? and session_scope = ? order by seq desc limit ?) order by seq",
-        )
-        .bind(tenant)
-        .bind(session)
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Message { role: row.try_get("role")?, content: row.try_get("content")?, name: row.try_get("name")? })
-            })
-            .collect()
     }
 
     /// Returns the entries of one memory of `tenant`, oldest first.

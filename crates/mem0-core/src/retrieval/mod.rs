@@ -11,8 +11,11 @@
 //! `threshold` keeps one meaning across queries; `explain` returns each signal and its
 //! contribution, and the contributions add up to the score.
 
+mod hybrid;
+
 use std::collections::HashMap;
 
+pub use self::hybrid::Retriever;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 

@@ -1,0 +1,423 @@
+//! Adding memories: verbatim messages (`infer=false`), facts extracted by the LLM (`infer=true`)
+//! and procedural summaries, each validated, embedded and then written all or nothing.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::SubsecRound;
+use tracing::{debug, info, instrument, warn};
+use uuid::Uuid;
+
+use super::limits::{
+    sanitize_metadata, stored_now, truncate_to_bytes, MAX_MESSAGES, MAX_NAME_BYTES, MAX_PAGE_SIZE, MAX_TEXT_BYTES,
+};
+use super::{AddOutcome, AddRequest, AddedMemory, Memory};
+use crate::entities;
+use crate::error::{Error, ProviderError, ProviderErrorKind, Result};
+use crate::extraction::{self, ExtractionInput, PromptMessage};
+use crate::filter::{Condition, Field, Filter, Operand, Operator, Scalar, TextField};
+use crate::history::BufferedMessages;
+use crate::providers::llm::{ChatMessage, Llm, LlmRequest, LlmResponse};
+use crate::scope::{Caller, Role, Scope};
+use crate::store::EntityLink;
+use crate::text;
+use crate::types::{memory_hash, HistoryEvent, MemoryRecord, Message, Metadata};
+
+impl Memory {
+    /// Stores memories from a conversation: verbatim (`infer=false`), as facts extracted by the
+    /// LLM (`infer=true`), or as one procedural summary (`memory_type = procedural_memory`).
+    ///
+    /// # Errors
+    /// Validation, scope, store and provider errors; on any error nothing is stored.
+    #[instrument(skip_all, fields(tenant = %caller.tenant, infer = request.infer, messages = request.messages.len()))]
+    pub async fn add(&self, caller: &Caller, request: AddRequest) -> Result<AddOutcome> {
+        caller.require(Role::Write)?;
+        if request.scope.is_empty() {
+            return Err(Error::validation("user_id", "at least one of user_id, agent_id or run_id is required"));
+        }
+        caller.check_scope(&request.scope)?;
+        if request.messages.is_empty() {
+            return Err(Error::validation("messages", "at least one message is required"));
+        }
+        if request.messages.len() > MAX_MESSAGES {
+            return Err(Error::validation("messages", format!("at most {MAX_MESSAGES} messages per call")));
+        }
+        if let Some(memory_type) = &request.memory_type {
+            if memory_type != "procedural_memory" {
+                return Err(Error::validation("memory_type", "the only memory type is `procedural_memory`"));
+            }
+        }
+        for (index, message) in request.messages.iter().enumerate() {
+            if !matches!(message.role.as_str(), "user" | "assistant" | "system") {
+                return Err(Error::validation(
+                    format!("messages[{index}].role"),
+                    "must be one of user, assistant, system",
+                ));
+            }
+            if message.content.len() > MAX_TEXT_BYTES {
+                return Err(Error::validation(
+                    format!("messages[{index}].content"),
+                    format!("at most {MAX_TEXT_BYTES} bytes"),
+                ));
+            }
+            text::reject_nul(&format!("messages[{index}].content"), &message.content)?;
+            if let Some(name) = &message.name {
+                text::reject_nul(&format!("messages[{index}].name"), name)?;
+                if name.len() > MAX_NAME_BYTES {
+                    return Err(Error::validation(
+                        format!("messages[{index}].name"),
+                        format!("at most {MAX_NAME_BYTES} bytes"),
+                    ));
+                }
+            }
+        }
+        if let Some(prompt) = &request.prompt {
+            if prompt.len() > MAX_TEXT_BYTES {
+                return Err(Error::validation("prompt", format!("at most {MAX_TEXT_BYTES} bytes")));
+            }
+            text::reject_nul("prompt", prompt)?;
+        }
+        let metadata = sanitize_metadata(request.metadata.clone())?;
+        if request.memory_type.is_some() {
+            if request.scope.agent_id.is_none() {
+                return Err(Error::validation("agent_id", "procedural memory needs an agent_id"));
+            }
+            return self.add_procedural(caller, request, metadata).await;
+        }
+        if request.infer {
+            return self.add_inferred(caller, request, metadata).await;
+        }
+        self.add_verbatim(caller, request, metadata).await
+    }
+
+    /// `infer=false`: every non-system message becomes a memory as it is.
+    async fn add_verbatim(&self, caller: &Caller, request: AddRequest, metadata: Metadata) -> Result<AddOutcome> {
+        let sources: Vec<&Message> = request
+            .messages
+            .iter()
+            .filter(|message| message.role != "system" && !message.content.trim().is_empty())
+            .collect();
+        if sources.is_empty() {
+            return Ok(AddOutcome::default());
+        }
+        let texts: Vec<String> = sources.iter().map(|message| message.content.trim().to_owned()).collect();
+        let names: Vec<Vec<String>> = texts.iter().map(|text| entities::names_in(text)).collect();
+        let (embeddings, name_vectors) = self.embed_with_entities(&texts, &names).await?;
+        let now = stored_now();
+        let created_at = request.timestamp.map(|at| at.trunc_subsecs(6)).unwrap_or(now);
+        let records: Vec<MemoryRecord> = sources
+            .iter()
+            .zip(texts)
+            .zip(embeddings)
+            .zip(names)
+            .map(|(((message, text), embedding), entities)| MemoryRecord {
+                metadata: metadata.clone(),
+                expiration_date: request.expiration_date,
+                role: Some(message.role.clone()),
+                actor_id: message.name.clone(),
+                entities,
+                ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), text, embedding, created_at)
+            })
+            .collect();
+        let links = entity_links(&records, &name_vectors, "proper");
+        self.write_new(caller, &records, &links, None, now).await?;
+        Ok(AddOutcome { results: added(records), warnings: Vec::new(), usage: None })
+    }
+
+    /// `infer=true`: one LLM call turns the new messages (with the session's earlier messages and
+    /// the nearest existing memories as context) into facts; new facts are stored, the messages
+    /// buffered, all or nothing.
+    async fn add_inferred(&self, caller: &Caller, request: AddRequest, metadata: Metadata) -> Result<AddOutcome> {
+        let llm = self.llm.clone().ok_or(Error::LlmNotConfigured)?;
+        let now = stored_now();
+        let observed_at = request.timestamp.map(|at| at.trunc_subsecs(6)).unwrap_or(now);
+        let new_messages: Vec<PromptMessage> = request
+            .messages
+            .iter()
+            .filter(|message| !message.content.trim().is_empty())
+            .map(|message| PromptMessage {
+                role: message.role.clone(),
+                name: message.name.clone(),
+                content: message.content.trim().to_owned(),
+            })
+            .collect();
+        if new_messages.is_empty() {
+            return Ok(AddOutcome::default());
+        }
+        let session = extraction::session_scope(&request.scope);
+        let earlier: Vec<PromptMessage> = self
+            .history
+            .recent_messages(&caller.tenant, &session, self.extraction.context_messages)
+            .await?
+            .into_iter()
+            .map(|message| PromptMessage { role: message.role, name: message.name, content: message.content })
+            .collect();
+
+        // The nearest live memories of exactly this scope: context for the model, and dedup.
+        let query_vector = self.embedder.embed(&extraction::flatten(&new_messages)).await?;
+        let scope_query = self.scoped_query(caller, request.scope.clone(), None, false);
+        let existing: Vec<MemoryRecord> = if self.extraction.existing_memories == 0 {
+            Vec::new()
+        } else {
+            self.store
+                .search(&scope_query, &query_vector, self.extraction.existing_memories, 0.0)
+                .await?
+                .into_iter()
+                .map(|scored| scored.record)
+                .collect()
+        };
+        let existing_texts: Vec<String> = existing.iter().map(|record| record.memory.clone()).collect();
+        let custom = request.prompt.as_deref().or(self.extraction.custom_instructions.as_deref());
+        let user_prompt = extraction::user_prompt(&ExtractionInput {
+            earlier: &earlier,
+            existing: &existing_texts,
+            new_messages: &new_messages,
+            observation_date: observed_at.date_naive(),
+            custom_instructions: custom,
+        });
+        let llm_request = LlmRequest {
+            messages: vec![
+                ChatMessage::system(extraction::system_prompt(&request.scope)),
+                ChatMessage::user(user_prompt),
+            ],
+            json: true,
+        };
+        let response = complete_logged(llm.as_ref(), &llm_request, "extraction").await?;
+        let facts = match extraction::parse_facts(&response.text) {
+            Ok(facts) => facts,
+            Err(reason) => {
+                let preview: String = response.text.chars().take(200).collect();
+                warn!(%reason, reply_chars = response.text.chars().count(), %preview, "unreadable extraction reply; nothing stored");
+                return Ok(AddOutcome {
+                    results: Vec::new(),
+                    warnings: vec![format!(
+                        "the model's reply could not be read as facts ({reason}); nothing was stored, retry the call"
+                    )],
+                    usage: Some(response.usage),
+                });
+            }
+        };
+
+        let mut warnings = Vec::new();
+        let mut seen: HashSet<String> = existing.iter().map(|record| record.hash.clone()).collect();
+        let mut kept = Vec::new();
+        for fact in facts {
+            if fact.text.len() > MAX_TEXT_BYTES {
+                warnings.push(format!("a fact longer than {MAX_TEXT_BYTES} bytes was dropped"));
+                continue;
+            }
+            let hash = memory_hash(&fact.text);
+            if seen.insert(hash.clone()) {
+                kept.push((fact, hash));
+            }
+        }
+        // Exact duplicates anywhere in the scope, not only among the nearest memories.
+        if !kept.is_empty() {
+            let known = self.existing_hashes(caller, &request.scope, kept.iter().map(|(_, hash)| hash.clone())).await?;
+            kept.retain(|(_, hash)| !known.contains(hash));
+        }
+
+        let buffered = BufferedMessages {
+            id: Uuid::now_v7(),
+            tenant: caller.tenant.clone(),
+            session,
+            at: observed_at,
+            // Only the newest BUFFER_KEEP of a call: the buffer keeps no more of a session anyway.
+            messages: {
+                let said: Vec<Message> =
+                    request.messages.iter().filter(|message| message.role != "system").cloned().collect();
+                let skip = said.len().saturating_sub(crate::history::BUFFER_KEEP);
+                said.into_iter().skip(skip).collect()
+            },
+        };
+        let texts: Vec<String> = kept.iter().map(|(fact, _)| fact.text.clone()).collect();
+        let names: Vec<Vec<String>> = kept.iter().map(|(fact, _)| entities::clean(fact.entities.clone())).collect();
+        let (embeddings, name_vectors) = self.embed_with_entities(&texts, &names).await?;
+        let mut invented = 0usize;
+        let records: Vec<MemoryRecord> = kept
+            .into_iter()
+            .zip(embeddings)
+            .zip(names)
+            .map(|(((fact, hash), embedding), entities)| {
+                let mut linked = Vec::new();
+                for short_id in &fact.linked_ids {
+                    match short_id
+                        .trim_matches(|c: char| !c.is_ascii_digit())
+                        .parse::<usize>()
+                        .ok()
+                        .and_then(|index| index.checked_sub(1))
+                        .and_then(|index| existing.get(index))
+                    {
+                        Some(record) if !linked.contains(&record.id) => linked.push(record.id),
+                        Some(_) => {}
+                        None => invented += 1,
+                    }
+                }
+                let record =
+                    MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), fact.text, embedding, observed_at);
+                debug_assert_eq!(record.hash, hash);
+                MemoryRecord {
+                    metadata: metadata.clone(),
+                    expiration_date: request.expiration_date,
+                    attributed_to: fact.attributed_to,
+                    linked_memory_ids: linked,
+                    entities,
+                    ..record
+                }
+            })
+            .collect();
+        if invented > 0 {
+            debug!(invented, "ignored linked memory ids the model made up");
+        }
+        let links = entity_links(&records, &name_vectors, "llm");
+        self.write_new(caller, &records, &links, Some(buffered), now).await?;
+        Ok(AddOutcome { results: added(records), warnings, usage: Some(response.usage) })
+    }
+
+    /// `memory_type = procedural_memory`: one LLM call summarises the agent's run into one memory.
+    async fn add_procedural(&self, caller: &Caller, request: AddRequest, metadata: Metadata) -> Result<AddOutcome> {
+        let llm = self.llm.clone().ok_or(Error::LlmNotConfigured)?;
+        let now = stored_now();
+        let observed_at = request.timestamp.map(|at| at.trunc_subsecs(6)).unwrap_or(now);
+        let transcript: Vec<String> = request
+            .messages
+            .iter()
+            .filter(|message| !message.content.trim().is_empty())
+            .map(|message| format!("{}: {}", message.role, message.content.trim()))
+            .collect();
+        if transcript.is_empty() {
+            return Ok(AddOutcome::default());
+        }
+        let system = request.prompt.clone().unwrap_or_else(|| extraction::PROCEDURAL_PROMPT.to_owned());
+        let llm_request = LlmRequest {
+            messages: vec![
+                ChatMessage::system(system),
+                ChatMessage::user(format!(
+                    "## Conversation\n{}\n\nWrite the procedural memory of this conversation.",
+                    transcript.join("\n")
+                )),
+            ],
+            json: false,
+        };
+        let response = complete_logged(llm.as_ref(), &llm_request, "procedural memory").await?;
+        let summary = extraction::clean_summary(&response.text);
+        if summary.is_empty() {
+            return Err(ProviderError::new(
+                ProviderErrorKind::BadResponse,
+                llm.provider(),
+                "the model returned an empty summary",
+            )
+            .into());
+        }
+        let summary = truncate_to_bytes(summary, MAX_TEXT_BYTES);
+        let embedding = self.embedder.embed(&summary).await?;
+        let record = MemoryRecord {
+            metadata,
+            expiration_date: request.expiration_date,
+            memory_type: Some("procedural_memory".to_owned()),
+            ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), summary, embedding, observed_at)
+        };
+        let records = vec![record];
+        self.write_new(caller, &records, &[], None, now).await?;
+        Ok(AddOutcome { results: added(records), warnings: Vec::new(), usage: Some(response.usage) })
+    }
+
+    /// Hashes among `hashes` that memories of exactly `scope` already have.
+    async fn existing_hashes(
+        &self,
+        caller: &Caller,
+        scope: &Scope,
+        hashes: impl Iterator<Item = String>,
+    ) -> Result<HashSet<String>> {
+        let values: Vec<Scalar> = hashes.map(Scalar::Text).collect();
+        let filter = Filter::Condition(Condition {
+            field: Field::Text(TextField::Hash),
+            op: Operator::In,
+            value: Operand::Many(values),
+        });
+        let query = self.scoped_query(caller, scope.clone(), Some(filter), false);
+        // A full page: the scope may hold one hash many times (verbatim adds), hiding others.
+        let page = self.store.list(&query, None, MAX_PAGE_SIZE).await?;
+        Ok(page.records.into_iter().map(|record| record.hash).collect())
+    }
+
+    /// Embeds texts and the distinct entity names in one batch call; returns the texts' vectors
+    /// in order and the names' vectors by name.
+    pub(super) async fn embed_with_entities(
+        &self,
+        texts: &[String],
+        names: &[Vec<String>],
+    ) -> Result<(Vec<Vec<f32>>, HashMap<String, Vec<f32>>)> {
+        let mut distinct: Vec<String> = Vec::new();
+        let mut seen = HashSet::new();
+        for name in names.iter().flatten() {
+            if seen.insert(name.clone()) {
+                distinct.push(name.clone());
+            }
+        }
+        let mut batch: Vec<String> = texts.to_vec();
+        batch.extend(distinct.iter().cloned());
+        if batch.is_empty() {
+            return Ok((Vec::new(), HashMap::new()));
+        }
+        let mut vectors = self.embedder.embed_batch(&batch).await?;
+        if vectors.len() != batch.len() {
+            return Err(Error::Internal("embedder returned a wrong number of vectors".into()));
+        }
+        let name_vectors = vectors.split_off(texts.len());
+        Ok((vectors, distinct.into_iter().zip(name_vectors).collect()))
+    }
+}
+
+/// Runs one LLM call and logs its token usage (`purpose`: what the call was for).
+pub(super) async fn complete_logged(llm: &dyn Llm, request: &LlmRequest, purpose: &'static str) -> Result<LlmResponse> {
+    let response = llm.complete(request).await?;
+    info!(
+        purpose,
+        provider = llm.provider(),
+        model = llm.model(),
+        prompt_tokens = response.usage.prompt_tokens,
+        completion_tokens = response.usage.completion_tokens,
+        "llm call"
+    );
+    Ok(response)
+}
+
+/// The entity links of new records, one per (record, entity) with a usable name.
+pub(super) fn entity_links(
+    records: &[MemoryRecord],
+    vectors: &HashMap<String, Vec<f32>>,
+    kind: &str,
+) -> Vec<EntityLink> {
+    records
+        .iter()
+        .flat_map(|record| {
+            record.entities.iter().filter_map(move |name| {
+                let normalized = entities::normalize(name);
+                let embedding = vectors.get(name)?;
+                (!normalized.is_empty()).then(|| EntityLink {
+                    memory_id: record.id,
+                    tenant: record.tenant.clone(),
+                    scope: record.scope.clone(),
+                    name: name.clone(),
+                    normalized,
+                    kind: kind.to_owned(),
+                    embedding: embedding.clone(),
+                })
+            })
+        })
+        .collect()
+}
+
+/// Fills the analysed text of a new record (the keyword index is built from it).
+pub(super) fn added(records: Vec<MemoryRecord>) -> Vec<AddedMemory> {
+    records
+        .into_iter()
+        .map(|record| AddedMemory {
+            id: record.id,
+            memory: record.memory,
+            event: HistoryEvent::Add,
+            actor_id: record.actor_id,
+            role: record.role,
+        })
+        .collect()
+}

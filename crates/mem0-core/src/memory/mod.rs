@@ -1,0 +1,227 @@
+//! The `Memory` service: every memory operation, transport-agnostic, with the caller's rights
+//! enforced here rather than in handlers. This file holds the service, its wiring and the reads;
+//! the rest is by concern:
+//! - `add.rs`: adding memories (verbatim, extracted by the LLM, procedural);
+//! - `writes.rs`: the all-or-nothing write path (store transaction with a history journal, then
+//!   the history volume), updates, deletes and crash recovery;
+//! - `search.rs`: search modes, threshold and reranking (retrieval itself is
+//!   [`crate::retrieval::Retriever`]);
+//! - `admin.rs`: resets, scope listing, re-analysis;
+//! - `limits.rs`: the bounds every operation checks; `requests.rs`: requests and outcomes.
+
+mod add;
+mod admin;
+mod limits;
+mod requests;
+mod search;
+mod writes;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use chrono::Utc;
+use tracing::instrument;
+use uuid::Uuid;
+
+use self::limits::check_bound;
+pub use self::limits::{
+    DEFAULT_PAGE_SIZE, DEFAULT_THRESHOLD, DEFAULT_TOP_K, MAX_MESSAGES, MAX_METADATA_BYTES, MAX_NAME_BYTES,
+    MAX_PAGE_SIZE, MAX_QUERY_BYTES, MAX_TEXT_BYTES,
+};
+pub use self::requests::{
+    AddOutcome, AddRequest, AddedMemory, ExtractionSettings, ListPage, ListRequest, SearchMode, SearchOutcome,
+    SearchRequest, UpdateRequest,
+};
+pub use self::writes::FailPoint;
+use crate::error::{Error, Result};
+use crate::filter::Filter;
+use crate::history::HistoryStore;
+use crate::providers::embedder::Embedder;
+use crate::providers::llm::Llm;
+use crate::providers::reranker::Reranker;
+use crate::retrieval::{RetrievalSettings, Retriever};
+use crate::scope::{Caller, Role, Scope};
+use crate::store::{Cursor, ScopedQuery, VectorStore};
+use crate::types::{HistoryRecord, MemoryItem, MemoryRecord};
+
+/// The memory service.
+#[derive(Clone)]
+pub struct Memory {
+    store: Arc<dyn VectorStore>,
+    history: HistoryStore,
+    embedder: Arc<dyn Embedder>,
+    llm: Option<Arc<dyn Llm>>,
+    extraction: ExtractionSettings,
+    retriever: Retriever,
+    reranker: Option<Arc<dyn Reranker>>,
+    rerank_candidates: usize,
+    /// Called at the named steps of every write (crash drills in tests); `None` in production.
+    fail_point: Option<FailPoint>,
+    /// Journal entries of the writes this process is committing: recovery leaves them alone.
+    writing: Arc<std::sync::Mutex<HashSet<Uuid>>>,
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Memory")
+            .field("store", &self.store)
+            .field("embedder", &self.embedder.model_id())
+            .field("llm", &self.llm.as_ref().map(|llm| llm.model().to_owned()))
+            .field("retrieval", self.retriever.settings())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Memory {
+    /// Builds the service and checks the store's embedding dimension against the embedder's.
+    ///
+    /// # Errors
+    /// [`Error::Config`] on a dimension mismatch; store errors.
+    pub async fn new(store: Arc<dyn VectorStore>, history: HistoryStore, embedder: Arc<dyn Embedder>) -> Result<Self> {
+        store.ensure_dimension(embedder.dimension(), embedder.model_id()).await?;
+        let retriever = Retriever::new(Arc::clone(&store), Arc::clone(&embedder), RetrievalSettings::default());
+        Ok(Self {
+            store,
+            history,
+            embedder,
+            llm: None,
+            extraction: ExtractionSettings::default(),
+            retriever,
+            reranker: None,
+            rerank_candidates: 30,
+            fail_point: None,
+            writing: Arc::default(),
+        })
+    }
+
+    /// Returns the service with `llm` (or none) for fact extraction and procedural memory.
+    #[must_use]
+    pub fn with_llm(mut self, llm: Option<Arc<dyn Llm>>, extraction: ExtractionSettings) -> Self {
+        self.llm = llm;
+        self.extraction = extraction;
+        self
+    }
+
+    /// Returns the service with these hybrid-search weights and candidate counts.
+    #[must_use]
+    pub fn with_retrieval(mut self, retrieval: RetrievalSettings) -> Self {
+        self.retriever = Retriever::new(Arc::clone(&self.store), Arc::clone(&self.embedder), retrieval);
+        self
+    }
+
+    /// Returns the service with `reranker` (or none) reordering the best `candidates` of a search
+    /// that asks for it.
+    #[must_use]
+    pub fn with_reranker(mut self, reranker: Option<Arc<dyn Reranker>>, candidates: usize) -> Self {
+        self.reranker = reranker;
+        self.rerank_candidates = candidates.clamp(1, MAX_PAGE_SIZE);
+        self
+    }
+
+    /// Returns the reranker in use, when one is configured.
+    pub fn reranker(&self) -> Option<&Arc<dyn Reranker>> {
+        self.reranker.as_ref()
+    }
+
+    /// Returns the hybrid-search settings in use.
+    pub fn retrieval(&self) -> &RetrievalSettings {
+        self.retriever.settings()
+    }
+
+    /// Returns the LLM in use, when one is configured.
+    pub fn llm(&self) -> Option<&Arc<dyn Llm>> {
+        self.llm.as_ref()
+    }
+
+    /// Returns a service using `embedder` with the same stores, after checking the store's
+    /// embedding dimension against it.
+    ///
+    /// # Errors
+    /// [`Error::Config`] on a dimension mismatch; store errors.
+    pub async fn with_embedder(&self, embedder: Arc<dyn Embedder>) -> Result<Self> {
+        self.store.ensure_dimension(embedder.dimension(), embedder.model_id()).await?;
+        let retriever = Retriever::new(Arc::clone(&self.store), Arc::clone(&embedder), *self.retriever.settings());
+        Ok(Self { embedder, retriever, ..self.clone() })
+    }
+
+    /// Returns the history volume (history, message buffer, API keys, request log).
+    pub fn history_store(&self) -> &HistoryStore {
+        &self.history
+    }
+
+    /// Returns the embedder in use.
+    pub fn embedder(&self) -> &Arc<dyn Embedder> {
+        &self.embedder
+    }
+
+    /// Returns one memory. Expired memories are returned too.
+    ///
+    /// # Errors
+    /// [`Error::MemoryNotFound`] when missing or outside the caller's reach.
+    #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
+    pub async fn get(&self, caller: &Caller, id: Uuid) -> Result<MemoryItem> {
+        caller.require(Role::Read)?;
+        Ok(self.visible(caller, id).await?.into())
+    }
+
+    /// Lists memories of a scope, newest first, one page at a time.
+    ///
+    /// # Errors
+    /// Validation (page size, cursor), scope errors.
+    #[instrument(skip_all, fields(tenant = %caller.tenant, page_size = request.page_size))]
+    pub async fn list(&self, caller: &Caller, request: ListRequest) -> Result<ListPage> {
+        caller.require(Role::Read)?;
+        if request.scope.is_empty() {
+            caller.require(Role::Admin).map_err(|_| {
+                Error::Forbidden("listing without user_id, agent_id or run_id needs the admin role".into())
+            })?;
+        }
+        caller.check_scope(&request.scope)?;
+        check_bound("page_size", request.page_size)?;
+        let cursor = request.cursor.as_deref().map(Cursor::decode).transpose()?;
+        let query = self.scoped_query(caller, request.scope, request.filter, request.show_expired);
+        let page = self.store.list(&query, cursor, request.page_size).await?;
+        Ok(ListPage {
+            items: page.records.into_iter().map(MemoryItem::from).collect(),
+            next: page.next.map(|cursor| cursor.encode()),
+        })
+    }
+
+    /// Returns the changes of one memory, oldest first; works after the memory was deleted.
+    ///
+    /// # Errors
+    /// [`Error::MemoryNotFound`] when there is no history the caller may see.
+    #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
+    pub async fn history(&self, caller: &Caller, id: Uuid) -> Result<Vec<HistoryRecord>> {
+        caller.require(Role::Read)?;
+        let entries = self.history.for_memory(&caller.tenant, id).await?;
+        let visible = match self.store.get(&caller.tenant, id).await? {
+            Some(record) => caller.can_see(&record.tenant, &record.scope),
+            None => entries.first().is_some_and(|entry| caller.can_see(&entry.tenant, &entry.scope)),
+        };
+        if !visible {
+            return Err(Error::MemoryNotFound { id: id.to_string() });
+        }
+        Ok(entries)
+    }
+
+    /// Checks that both stores answer.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`].
+    pub async fn ready(&self) -> Result<()> {
+        self.store.ping().await?;
+        self.history.ping().await
+    }
+
+    async fn visible(&self, caller: &Caller, id: Uuid) -> Result<MemoryRecord> {
+        match self.store.get(&caller.tenant, id).await? {
+            Some(record) if caller.can_see(&record.tenant, &record.scope) => Ok(record),
+            _ => Err(Error::MemoryNotFound { id: id.to_string() }),
+        }
+    }
+
+    fn scoped_query(&self, caller: &Caller, scope: Scope, filter: Option<Filter>, show_expired: bool) -> ScopedQuery {
+        ScopedQuery { tenant: caller.tenant.clone(), scope, filter, show_expired, today: Utc::now().date_naive() }
+    }
+}

@@ -1,0 +1,189 @@
+//! What the memory service takes and gives: requests and outcomes of its operations.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::filter::Filter;
+use crate::providers::llm::TokenUsage;
+use crate::scope::Scope;
+use crate::types::{HistoryEvent, MemoryItem, Message, Metadata};
+
+/// Input of [`Memory::add`].
+#[derive(Debug, Clone, Default)]
+pub struct AddRequest {
+    /// Owner of the new memories.
+    pub scope: Scope,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Caller metadata stored with every new memory.
+    pub metadata: Metadata,
+    /// Last day the memories are visible.
+    pub expiration_date: Option<NaiveDate>,
+    /// Extract facts with the LLM (true) or store each message verbatim (false).
+    pub infer: bool,
+    /// `procedural_memory` or none.
+    pub memory_type: Option<String>,
+    /// Per-call extraction instructions (LLM path).
+    pub prompt: Option<String>,
+    /// When the conversation happened (backfilling); defaults to now.
+    pub timestamp: Option<DateTime<Utc>>,
+}
+
+/// One memory created by [`Memory::add`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AddedMemory {
+    /// New memory id.
+    pub id: Uuid,
+    /// Its text.
+    pub memory: String,
+    /// Always `ADD`: the pipeline never rewrites existing memories.
+    pub event: HistoryEvent,
+    /// Speaker name of the source message (verbatim path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor_id: Option<String>,
+    /// Role of the source message (verbatim path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+}
+
+/// What [`Memory::add`] did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AddOutcome {
+    /// The memories created.
+    pub results: Vec<AddedMemory>,
+    /// Things the caller should know although the call succeeded (e.g. an unreadable model reply).
+    pub warnings: Vec<String>,
+    /// Tokens the LLM call used, when there was one.
+    pub usage: Option<TokenUsage>,
+}
+
+/// How fact extraction builds its prompt.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ExtractionSettings {
+    /// Instructions added to every extraction prompt (a call's `prompt` replaces them).
+    #[serde(default)]
+    pub custom_instructions: Option<String>,
+    /// Buffered earlier messages of the same session shown as context.
+    #[serde(default = "default_context_messages")]
+    pub context_messages: usize,
+    /// Nearest existing memories shown (for dedup and linking).
+    #[serde(default = "default_existing_memories")]
+    pub existing_memories: usize,
+}
+
+fn default_context_messages() -> usize {
+    10
+}
+
+fn default_existing_memories() -> usize {
+    10
+}
+
+impl ExtractionSettings {
+    /// Checks the values; `prefix` names the section in messages (`memory.extraction`).
+    ///
+    /// # Errors
+    /// A message naming the bad key.
+    pub fn validate(&self, prefix: &str) -> Result<(), String> {
+        use crate::providers::http::check_range;
+        check_range(&format!("{prefix}.context_messages"), self.context_messages, 0, 50)?;
+        check_range(&format!("{prefix}.existing_memories"), self.existing_memories, 0, 50)?;
+        if self.custom_instructions.as_ref().is_some_and(|text| text.len() > 8192) {
+            return Err(format!("{prefix}.custom_instructions must be at most 8192 bytes"));
+        }
+        Ok(())
+    }
+}
+
+impl Default for ExtractionSettings {
+    fn default() -> Self {
+        Self {
+            custom_instructions: None,
+            context_messages: default_context_messages(),
+            existing_memories: default_existing_memories(),
+        }
+    }
+}
+
+/// Input of [`Memory::list`].
+#[derive(Debug, Clone)]
+pub struct ListRequest {
+    /// Whose memories; empty only for admins listing their whole tenant.
+    pub scope: Scope,
+    /// Further conditions.
+    pub filter: Option<Filter>,
+    /// Rows per page, 1..=1000.
+    pub page_size: usize,
+    /// Token from the previous page's `next`.
+    pub cursor: Option<String>,
+    /// Include expired memories.
+    pub show_expired: bool,
+}
+
+/// One page of [`Memory::list`].
+#[derive(Debug, Clone)]
+pub struct ListPage {
+    /// Memories, newest first.
+    pub items: Vec<MemoryItem>,
+    /// Token for the next page, when there is one.
+    pub next: Option<String>,
+}
+
+/// Input of [`Memory::search`].
+#[derive(Debug, Clone)]
+pub struct SearchRequest {
+    /// Whose memories.
+    pub scope: Scope,
+    /// Further conditions.
+    pub filter: Option<Filter>,
+    /// What to look for.
+    pub query: String,
+    /// Most results, 1..=1000.
+    pub top_k: usize,
+    /// Lowest similarity returned, in [0, 1].
+    pub threshold: f32,
+    /// Include expired memories.
+    pub show_expired: bool,
+    /// Which retrievers produce candidates.
+    pub mode: SearchMode,
+    /// Return each result's score components.
+    pub explain: bool,
+    /// Reorder the best candidates with the configured reranker.
+    pub rerank: bool,
+}
+
+/// Which retrievers produce search candidates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchMode {
+    /// Dense, BM25 and entity candidates, fused.
+    #[default]
+    Hybrid,
+    /// Embedding similarity only.
+    Dense,
+    /// BM25 only.
+    Keyword,
+}
+
+/// What [`Memory::search`] found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SearchOutcome {
+    /// Best first.
+    pub results: Vec<MemoryItem>,
+    /// Things the caller should know (e.g. a reranker that failed and was skipped).
+    pub warnings: Vec<String>,
+}
+
+/// Input of [`Memory::update`]; at least one field must be present.
+#[derive(Debug, Clone, Default)]
+pub struct UpdateRequest {
+    /// New text (re-embedded).
+    pub text: Option<String>,
+    /// Keys merged into the metadata.
+    pub metadata: Option<Metadata>,
+    /// `Some(None)` clears the expiration, `Some(Some(d))` sets it.
+    pub expiration_date: Option<Option<NaiveDate>>,
+}
