@@ -90,6 +90,7 @@ pub fn memory_hash(text: &str) -> String {
 
 /// A memory as returned to callers (the shape of Mem0's memory items), without its embedding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = MemoryResponse))]
 pub struct MemoryItem {
     /// Memory id.
     pub id: Uuid,
@@ -98,6 +99,7 @@ pub struct MemoryItem {
     /// md5 of the text.
     pub hash: String,
     /// Caller metadata, `null` when empty.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub metadata: Option<Metadata>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
@@ -172,6 +174,7 @@ impl From<MemoryRecord> for MemoryItem {
 
 /// The kind of change a history entry records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "UPPERCASE")]
 pub enum HistoryEvent {
     /// The memory was created.
@@ -205,6 +208,7 @@ impl HistoryEvent {
 
 /// One change to a memory (the shape of Mem0's history entries), as stored and as returned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = HistoryResponse))]
 pub struct HistoryRecord {
     /// Entry id.
     pub id: Uuid,

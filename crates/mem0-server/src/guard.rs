@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, MatchedPath, Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -13,27 +13,21 @@ use crate::error::{ApiError, ErrorCode};
 use crate::rate_limit::{client_ip, Decision, RouteClass};
 use crate::state::AppState;
 
-/// Routes anyone may call (still rate limited by client address).
-pub const OPEN_ROUTES: [&str; 4] = ["/health", "/ready", "/openapi.json", "/docs"];
+/// Marks responses of open routes (no credentials): the request log leaves them out.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenRoute;
 
-/// Returns true for routes that need no credentials.
-pub fn is_open(route: &str) -> bool {
-    OPEN_ROUTES.contains(&route) || route.starts_with("/docs/")
-}
-
-/// Middleware: authenticate, then rate limit.
-pub async fn guard(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
-    let route = route.as_str();
+/// Middleware of a group of routes of one rate-limit `class`: authenticate (not for open routes),
+/// then rate limit.
+pub async fn guard(State((state, class)): State<(AppState, RouteClass)>, mut request: Request, next: Next) -> Response {
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|info| info.0);
     let trusted = &state.settings.rate_limit.trusted_proxies;
     let address = client_ip(peer, request.headers(), trusted).map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
     let address_key = format!("ip:{address}");
-    if is_open(route) {
-        return limited(&state, RouteClass::Open, &address_key, next.run(request)).await;
+    if class == RouteClass::Open {
+        let mut response = limited(&state, RouteClass::Open, &address_key, next.run(request)).await;
+        response.extensions_mut().insert(OpenRoute);
+        return response;
     }
     let caller = match state.auth.authenticate(request.headers()).await {
         Ok(caller) => caller,
@@ -42,7 +36,6 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
             return limited(&state, RouteClass::Open, &address_key, async { error.into_response() }).await;
         }
     };
-    let class = RouteClass::of(request.method(), route);
     let key = format!("{}/{}", caller.tenant, caller.principal_id);
     request.extensions_mut().insert(caller.clone());
     let mut response = limited(&state, class, &key, next.run(request)).await;

@@ -31,14 +31,16 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 
 use crate::config::Settings;
 use crate::error::{ApiError, ErrorCode};
+use crate::rate_limit::RouteClass;
 use crate::state::AppState;
 
 /// Builds the application router for `state`.
 ///
 /// Layers, outermost first: request context (id, span, total timeout, request log), browser
-/// defences (Host allow list, cross-site writes), authentication and rate limits, then, for the
-/// API routes only, body reading with its own timeout and the concurrency limit. `/health`,
-/// `/ready` and the docs never wait for a concurrency slot.
+/// defences (Host allow list, cross-site writes), then per group of routes the guard
+/// (authentication and the group's rate-limit class) and, for the API groups only, body reading
+/// with its own timeout and the concurrency limit. `/health`, `/ready` and the docs never wait
+/// for a concurrency slot.
 pub fn app(state: AppState) -> Router {
     let server = &state.settings.server;
     let context = request_context::ContextSettings {
@@ -50,14 +52,21 @@ pub fn app(state: AppState) -> Router {
         timeout: Duration::from_secs(server.body_read_timeout_secs),
     };
     let browser_guard = browser::BrowserGuard::new(state.settings.auth.disabled, &server.allowed_hosts);
-    let (api, _) = routes::api_router().split_for_parts();
+    let concurrency = GlobalConcurrencyLimitLayer::new(server.concurrency_limit);
+    let guarded = |class: RouteClass| middleware::from_fn_with_state((state.clone(), class), guard::guard);
+    let mut router = Router::new();
+    for (class, group) in routes::api_groups() {
+        let (group, _) = group.split_for_parts();
+        let group = group
+            .layer(DefaultBodyLimit::max(server.body_limit_bytes))
+            .layer(concurrency.clone())
+            .layer(middleware::from_fn_with_state(body, body::read_body))
+            .layer(guarded(class));
+        router = router.merge(group);
+    }
     let (open, _) = routes::open_router().split_for_parts();
     let doc_json = Arc::new(openapi::document_json());
-    let api = api
-        .layer(DefaultBodyLimit::max(server.body_limit_bytes))
-        .layer(GlobalConcurrencyLimitLayer::new(server.concurrency_limit))
-        .layer(middleware::from_fn_with_state(body, body::read_body));
-    api.merge(open)
+    let open = open
         .route(
             "/openapi.json",
             get(move || {
@@ -66,9 +75,11 @@ pub fn app(state: AppState) -> Router {
             }),
         )
         .merge(docs::router())
+        .layer(guarded(RouteClass::Open));
+    router
+        .merge(open)
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
         .layer(middleware::from_fn_with_state(browser_guard, browser::guard))
         .layer(middleware::from_fn_with_state(context, request_context::request_context))
         .with_state(state)

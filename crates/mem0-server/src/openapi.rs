@@ -56,10 +56,16 @@ impl Modify for Security {
     }
 }
 
+/// The paths anyone may call: those of the open group.
+fn open_paths() -> Vec<String> {
+    let (_, open) = routes::open_router().split_for_parts();
+    open.paths.paths.keys().cloned().collect()
+}
+
 /// Marks the routes anyone may call.
 fn mark_open_routes(doc: &mut utoipa::openapi::OpenApi) {
-    for route in crate::guard::OPEN_ROUTES {
-        if let Some(item) = doc.paths.paths.get_mut(route) {
+    for route in open_paths() {
+        if let Some(item) = doc.paths.paths.get_mut(&route) {
             if let Some(operation) = item.get.as_mut() {
                 operation.security = Some(vec![SecurityRequirement::default()]);
             }
@@ -71,8 +77,9 @@ fn mark_open_routes(doc: &mut utoipa::openapi::OpenApi) {
 /// [`crate::app`]), and the headers on every response. Declared here once for all operations.
 fn add_layer_responses(doc: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::{PathItem, RefOr};
+    let open_paths = open_paths();
     for (path, item) in &mut doc.paths.paths {
-        let open = crate::guard::is_open(path);
+        let open = open_paths.contains(path);
         let PathItem { get, put, post, delete, .. } = item;
         for operation in [get, put, post, delete].into_iter().flatten() {
             let has_body = operation.request_body.is_some();

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, Method};
+use axum::http::HeaderMap;
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DashMapStateStore;
@@ -43,29 +43,6 @@ pub enum RouteClass {
     Admin,
     /// Health, docs, and anything without valid credentials.
     Open,
-}
-
-impl RouteClass {
-    /// Classifies a request by method and route template.
-    pub fn of(method: &Method, route: &str) -> Self {
-        let admin_routes = [
-            "/api-keys",
-            "/api-keys/{key_id}",
-            "/entities",
-            "/entities/{entity_type}/{entity_id}",
-            "/requests",
-            "/reset",
-            "/configure",
-            "/configure/providers",
-        ];
-        if admin_routes.contains(&route) || (route == "/memories" && method == Method::DELETE) {
-            Self::Admin
-        } else if route == "/search" || method == Method::GET {
-            Self::Read
-        } else {
-            Self::Write
-        }
-    }
 }
 
 /// The outcome of a check.
@@ -203,19 +180,6 @@ mod tests {
         clock.advance(Duration::from_secs(60));
         limits.housekeeping();
         assert_eq!(limits.check(RouteClass::Read, "key:a"), Decision::Allowed { limit: 3, remaining: 2 });
-    }
-
-    #[test]
-    fn classifies_routes() {
-        assert_eq!(RouteClass::of(&Method::POST, "/search"), RouteClass::Read);
-        assert_eq!(RouteClass::of(&Method::GET, "/memories"), RouteClass::Read);
-        assert_eq!(RouteClass::of(&Method::POST, "/memories"), RouteClass::Write);
-        assert_eq!(RouteClass::of(&Method::DELETE, "/memories"), RouteClass::Admin);
-        assert_eq!(RouteClass::of(&Method::POST, "/api-keys"), RouteClass::Admin);
-        for method in [Method::GET, Method::POST] {
-            assert_eq!(RouteClass::of(&method, "/configure"), RouteClass::Admin);
-        }
-        assert_eq!(RouteClass::of(&Method::GET, "/configure/providers"), RouteClass::Admin);
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub async fn request_context(State(context): State<ContextSettings>, mut request
         .await;
     let status = response.status().as_u16();
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-    if !crate::guard::is_open(&route) {
+    if response.extensions().get::<crate::guard::OpenRoute>().is_none() {
         let caller = response.extensions().get::<Caller>();
         context.log.record(RequestLogEntry {
             id: 0,

@@ -767,3 +767,31 @@ async fn slow_bodies_cannot_starve_the_server() {
     }
     assert_eq!(server.list_texts("user_id=u").await, ["not starved"]);
 }
+
+/// The rate-limit class of a route is the group it is registered in: `/configure`, keys, the
+/// request log, scope listing and scope-wide deletes share the admin budget; reads and writes have
+/// their own.
+#[tokio::test]
+async fn admin_routes_share_the_admin_budget() {
+    let mut settings = secure_settings();
+    settings.rate_limit.admin_per_minute = 4;
+    let server = TestServer::start_with(settings, local_embedder().await).await;
+    let admin = As::Key(ADMIN_KEY.to_owned());
+    for (method, path) in [
+        (Method::GET, "/configure"),
+        (Method::GET, "/api-keys"),
+        (Method::GET, "/requests"),
+        (Method::DELETE, "/memories?user_id=nobody"),
+    ] {
+        let reply = call(&server, &admin, method.clone(), path, None).await;
+        assert_eq!(reply.status, 200, "{method} {path}: {}", reply.body);
+        assert_eq!(reply.headers["ratelimit-limit"], "4", "{method} {path} is an admin route");
+    }
+    call(&server, &admin, Method::GET, "/configure/providers", None).await.assert_error(429, "rate_limited");
+    call(&server, &admin, Method::GET, "/entities", None).await.assert_error(429, "rate_limited");
+    // Reads and writes are not admin routes.
+    let read = call(&server, &admin, Method::GET, "/memories?user_id=u", None).await;
+    assert_eq!((read.status, read.headers["ratelimit-limit"].to_str().ok()), (200, Some("1200")));
+    let written = add(&server, &admin, "u", "a write").await;
+    assert_eq!((written.status, written.headers["ratelimit-limit"].to_str().ok()), (200, Some("300")));
+}

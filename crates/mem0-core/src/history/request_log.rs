@@ -9,6 +9,7 @@ use crate::error::Result;
 
 /// One handled request, as kept in the request log.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = RequestEntry))]
 pub struct RequestLogEntry {
     /// Row id (increasing; 0 before it is stored).
     pub id: i64,

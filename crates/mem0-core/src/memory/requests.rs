@@ -32,6 +32,7 @@ pub struct AddRequest {
 
 /// One memory created by [`Memory::add`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = AddedMemoryResponse))]
 pub struct AddedMemory {
     /// New memory id.
     pub id: Uuid,

@@ -247,6 +247,7 @@ impl EntityScores {
 
 /// Where a result came from and how its score was made.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ScoreExplanation {
     /// Cosine similarity, clipped to [0, 1].
     pub semantic: f32,
@@ -264,6 +265,7 @@ pub struct ScoreExplanation {
 
 /// The weighted parts of a score.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Contributions {
     /// From embedding similarity.
     pub semantic: f32,

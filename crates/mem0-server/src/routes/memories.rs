@@ -4,22 +4,29 @@ use axum::extract::State;
 use chrono::{DateTime, NaiveDate, Utc};
 use mem0_core::filter::parse_filter;
 use mem0_core::memory::{AddRequest, ListRequest, UpdateRequest, DEFAULT_PAGE_SIZE};
-use mem0_core::{AddedMemory, Message, Scope};
+use mem0_core::{AddedMemory, HistoryRecord, MemoryItem, Message, Scope};
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use uuid::Uuid;
 
-use super::{HistoryResponse, MemoryResponse, MessageResponse, MessageRole, TimestampInput};
+use super::{MessageResponse, MessageRole, TimestampInput};
 use crate::error::{parse_memory_id, ApiError, AppJson, AppPath, AppQuery, ErrorBody};
 use crate::state::{AppState, RequestCaller};
 
-pub(super) fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
-        .routes(routes!(add_memories, list_memories, delete_all_memories))
-        .routes(routes!(get_memory, update_memory, delete_memory))
-        .routes(routes!(memory_history))
+/// Reading memories.
+pub(super) fn read_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_memories)).routes(routes!(get_memory)).routes(routes!(memory_history))
+}
+
+/// Changing memories.
+pub(super) fn write_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(add_memories)).routes(routes!(update_memory, delete_memory))
+}
+
+/// Deleting a whole scope.
+pub(super) fn admin_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(delete_all_memories))
 }
 
 /// Text of a message: a string, or a list of content parts of which the text parts are used.
@@ -105,41 +112,11 @@ pub struct AddMemoriesRequest {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct AddMemoriesResponse {
     /// The memories created.
-    pub results: Vec<AddedMemoryResponse>,
+    pub results: Vec<AddedMemory>,
     /// Things to know although the call succeeded, e.g. that the model's reply could not be read
     /// and nothing was stored (absent when there are none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
-}
-
-/// One created memory.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct AddedMemoryResponse {
-    /// New memory id.
-    pub id: Uuid,
-    /// Its text.
-    pub memory: String,
-    /// Always `ADD`.
-    #[schema(example = "ADD")]
-    pub event: String,
-    /// Speaker of the source message.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub actor_id: Option<String>,
-    /// Role of the source message.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
-}
-
-impl From<AddedMemory> for AddedMemoryResponse {
-    fn from(added: AddedMemory) -> Self {
-        Self {
-            id: added.id,
-            memory: added.memory,
-            event: added.event.as_str().to_owned(),
-            actor_id: added.actor_id,
-            role: added.role,
-        }
-    }
 }
 
 /// Query of `GET /memories`.
@@ -170,7 +147,7 @@ pub struct ListMemoriesQuery {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ListMemoriesResponse {
     /// Memories, newest first (ties by id).
-    pub results: Vec<MemoryResponse>,
+    pub results: Vec<MemoryItem>,
     /// Token for the next page (`cursor`), `null` on the last page.
     pub next: Option<String>,
 }
@@ -219,7 +196,7 @@ pub struct UpdateMemoryResponse {
     /// What happened.
     pub message: String,
     /// The memory after the change.
-    pub result: MemoryResponse,
+    pub result: MemoryItem,
 }
 
 fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Option<String>>, D::Error> {
@@ -320,10 +297,7 @@ pub async fn add_memories(
         timestamp,
     };
     let outcome = state.memory().add(&caller, request).await?;
-    Ok(AppJson(AddMemoriesResponse {
-        results: outcome.results.into_iter().map(AddedMemoryResponse::from).collect(),
-        warnings: outcome.warnings,
-    }))
+    Ok(AppJson(AddMemoriesResponse { results: outcome.results, warnings: outcome.warnings }))
 }
 
 /// List memories of a scope, newest first, paginated
@@ -371,10 +345,7 @@ pub async fn list_memories(
             },
         )
         .await?;
-    Ok(AppJson(ListMemoriesResponse {
-        results: page.items.into_iter().map(MemoryResponse::from).collect(),
-        next: page.next,
-    }))
+    Ok(AppJson(ListMemoriesResponse { results: page.items, next: page.next }))
 }
 
 /// Delete every memory of a scope
@@ -415,7 +386,7 @@ pub async fn delete_all_memories(
         (status = 401, description = "No valid credentials", body = ErrorBody),
         (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
         (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
-        (status = 200, description = "The memory", body = MemoryResponse),
+        (status = 200, description = "The memory", body = MemoryItem),
         (status = 400, description = "Malformed id", body = ErrorBody),
         (status = 404, description = "No such memory", body = ErrorBody),
         (status = 503, description = "Store unavailable", body = ErrorBody),
@@ -426,9 +397,9 @@ pub async fn get_memory(
     State(state): State<AppState>,
     RequestCaller(caller): RequestCaller,
     AppPath(memory_id): AppPath<String>,
-) -> Result<AppJson<MemoryResponse>, ApiError> {
+) -> Result<AppJson<MemoryItem>, ApiError> {
     let id = parse_memory_id(&memory_id)?;
-    Ok(AppJson(state.memory().get(&caller, id).await?.into()))
+    Ok(AppJson(state.memory().get(&caller, id).await?))
 }
 
 /// Update a memory's text, metadata (merged) or expiration
@@ -464,7 +435,7 @@ pub async fn update_memory(
     };
     let request = UpdateRequest { text: body.text, metadata: body.metadata, expiration_date };
     let updated = state.memory().update(&caller, id, request).await?;
-    Ok(AppJson(UpdateMemoryResponse { message: "Memory updated successfully!".to_owned(), result: updated.into() }))
+    Ok(AppJson(UpdateMemoryResponse { message: "Memory updated successfully!".to_owned(), result: updated }))
 }
 
 /// Delete one memory
@@ -506,7 +477,7 @@ pub async fn delete_memory(
         (status = 401, description = "No valid credentials", body = ErrorBody),
         (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
         (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
-        (status = 200, description = "Changes, oldest first", body = Vec<HistoryResponse>),
+        (status = 200, description = "Changes, oldest first", body = Vec<HistoryRecord>),
         (status = 400, description = "Malformed id", body = ErrorBody),
         (status = 404, description = "No such memory", body = ErrorBody),
         (status = 503, description = "Store unavailable", body = ErrorBody),
@@ -517,8 +488,8 @@ pub async fn memory_history(
     State(state): State<AppState>,
     RequestCaller(caller): RequestCaller,
     AppPath(memory_id): AppPath<String>,
-) -> Result<AppJson<Vec<HistoryResponse>>, ApiError> {
+) -> Result<AppJson<Vec<HistoryRecord>>, ApiError> {
     let id = parse_memory_id(&memory_id)?;
     let entries = state.memory().history(&caller, id).await?;
-    Ok(AppJson(entries.into_iter().map(HistoryResponse::from).collect()))
+    Ok(AppJson(entries))
 }

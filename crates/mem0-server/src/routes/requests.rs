@@ -1,7 +1,7 @@
 //! `GET /requests`: the request log (admin).
 
 use axum::extract::State;
-use chrono::{DateTime, Utc};
+use mem0_core::history::RequestLogEntry;
 use mem0_core::Role;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -26,32 +26,11 @@ pub struct RequestsQuery {
     pub before: Option<i64>,
 }
 
-/// One logged request.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct RequestEntry {
-    /// Entry id (increasing).
-    pub id: i64,
-    /// When it finished.
-    pub at: DateTime<Utc>,
-    /// HTTP method.
-    pub method: String,
-    /// Route template, e.g. `/memories/{memory_id}`.
-    pub route: String,
-    /// Response status.
-    pub status: u16,
-    /// Handling time in milliseconds.
-    pub latency_ms: f64,
-    /// Who called.
-    pub principal_id: Option<String>,
-    /// The caller's tenant.
-    pub tenant: Option<String>,
-}
-
 /// A page of the request log.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct RequestsResponse {
     /// Newest first.
-    pub results: Vec<RequestEntry>,
+    pub results: Vec<RequestLogEntry>,
     /// Pass as `before` for the next page; `null` on the last.
     pub next: Option<i64>,
 }
@@ -96,18 +75,6 @@ pub async fn list_requests(
     };
     let entries = state.requests.recent(tenant, principals.as_deref(), query.before, limit).await?;
     let next = (entries.len() == limit).then(|| entries.last().map(|entry| entry.id)).flatten();
-    let results = entries
-        .into_iter()
-        .map(|entry| RequestEntry {
-            id: entry.id,
-            at: entry.at,
-            method: entry.method,
-            route: entry.route,
-            status: entry.status,
-            latency_ms: entry.latency_ms,
-            principal_id: entry.principal_id,
-            tenant: entry.tenant,
-        })
-        .collect();
+    let results = entries;
     Ok(AppJson(RequestsResponse { results, next }))
 }

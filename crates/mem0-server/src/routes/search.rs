@@ -9,11 +9,12 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::MemoryResponse;
 use crate::error::{ApiError, AppJson, ErrorBody};
 use crate::state::{AppState, RequestCaller};
+use mem0_core::MemoryItem;
 
-pub(super) fn router() -> OpenApiRouter<AppState> {
+/// Search is a read.
+pub(super) fn read_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(search_memories))
 }
 
@@ -95,7 +96,7 @@ impl From<SearchModeInput> for SearchMode {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct SearchResponse {
     /// Best first, each with its `score` (and `explain` when asked).
-    pub results: Vec<MemoryResponse>,
+    pub results: Vec<MemoryItem>,
     /// Things to know although the search succeeded (e.g. a reranker that failed and was skipped).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -144,8 +145,5 @@ pub async fn search_memories(
         rerank: body.rerank.unwrap_or(false),
     };
     let outcome = state.memory().search(&caller, request).await?;
-    Ok(AppJson(SearchResponse {
-        results: outcome.results.into_iter().map(MemoryResponse::from).collect(),
-        warnings: outcome.warnings,
-    }))
+    Ok(AppJson(SearchResponse { results: outcome.results, warnings: outcome.warnings }))
 }
