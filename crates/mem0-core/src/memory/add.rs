@@ -13,7 +13,7 @@ use super::limits::{
 use super::{AddOutcome, AddRequest, AddedMemory, Memory};
 use crate::entities;
 use crate::error::{Error, ProviderError, ProviderErrorKind, Result};
-use crate::extraction::{self, ExtractionInput, PromptMessage};
+use crate::extraction::{self, ExtractedFact, ExtractionInput, PromptMessage};
 use crate::filter::{Condition, Field, Filter, Operand, Operator, Scalar, TextField};
 use crate::history::BufferedMessages;
 use crate::providers::llm::{ChatMessage, Llm, LlmRequest, LlmResponse};
@@ -144,27 +144,7 @@ impl Memory {
             return Ok(AddOutcome::default());
         }
         let session = extraction::session_scope(&request.scope);
-        let earlier: Vec<PromptMessage> = self
-            .history
-            .recent_messages(&caller.tenant, &session, self.extraction.context_messages)
-            .await?
-            .into_iter()
-            .map(|message| PromptMessage { role: message.role, name: message.name, content: message.content })
-            .collect();
-
-        // The nearest live memories of exactly this scope: context for the model, and dedup.
-        let query_vector = self.embedder.embed(&extraction::flatten(&new_messages)).await?;
-        let scope_query = self.scoped_query(caller, request.scope.clone(), None, false);
-        let existing: Vec<MemoryRecord> = if self.extraction.existing_memories == 0 {
-            Vec::new()
-        } else {
-            self.store
-                .search(&scope_query, &query_vector, self.extraction.existing_memories, 0.0)
-                .await?
-                .into_iter()
-                .map(|scored| scored.record)
-                .collect()
-        };
+        let (earlier, existing) = self.extraction_context(caller, &request.scope, &session, &new_messages).await?;
         let existing_texts: Vec<String> = existing.iter().map(|record| record.memory.clone()).collect();
         let custom = request.prompt.as_deref().or(self.extraction.custom_instructions.as_deref());
         let user_prompt = extraction::user_prompt(&ExtractionInput {
@@ -196,26 +176,8 @@ impl Memory {
                 });
             }
         };
-
         let mut warnings = Vec::new();
-        let mut seen: HashSet<String> = existing.iter().map(|record| record.hash.clone()).collect();
-        let mut kept = Vec::new();
-        for fact in facts {
-            if fact.text.len() > MAX_TEXT_BYTES {
-                warnings.push(format!("a fact longer than {MAX_TEXT_BYTES} bytes was dropped"));
-                continue;
-            }
-            let hash = memory_hash(&fact.text);
-            if seen.insert(hash.clone()) {
-                kept.push((fact, hash));
-            }
-        }
-        // Exact duplicates anywhere in the scope, not only among the nearest memories.
-        if !kept.is_empty() {
-            let known = self.existing_hashes(caller, &request.scope, kept.iter().map(|(_, hash)| hash.clone())).await?;
-            kept.retain(|(_, hash)| !known.contains(hash));
-        }
-
+        let kept = self.new_facts(caller, &request.scope, &existing, facts, &mut warnings).await?;
         let buffered = BufferedMessages {
             id: Uuid::now_v7(),
             tenant: caller.tenant.clone(),
@@ -229,48 +191,84 @@ impl Memory {
                 said.into_iter().skip(skip).collect()
             },
         };
-        let texts: Vec<String> = kept.iter().map(|(fact, _)| fact.text.clone()).collect();
-        let names: Vec<Vec<String>> = kept.iter().map(|(fact, _)| entities::clean(fact.entities.clone())).collect();
+        let texts: Vec<String> = kept.iter().map(|fact| fact.text.clone()).collect();
+        let names: Vec<Vec<String>> = kept.iter().map(|fact| entities::clean(fact.entities.clone())).collect();
         let (embeddings, name_vectors) = self.embed_with_entities(&texts, &names).await?;
-        let mut invented = 0usize;
         let records: Vec<MemoryRecord> = kept
             .into_iter()
             .zip(embeddings)
             .zip(names)
-            .map(|(((fact, hash), embedding), entities)| {
-                let mut linked = Vec::new();
-                for short_id in &fact.linked_ids {
-                    match short_id
-                        .trim_matches(|c: char| !c.is_ascii_digit())
-                        .parse::<usize>()
-                        .ok()
-                        .and_then(|index| index.checked_sub(1))
-                        .and_then(|index| existing.get(index))
-                    {
-                        Some(record) if !linked.contains(&record.id) => linked.push(record.id),
-                        Some(_) => {}
-                        None => invented += 1,
-                    }
-                }
-                let record =
-                    MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), fact.text, embedding, observed_at);
-                debug_assert_eq!(record.hash, hash);
-                MemoryRecord {
-                    metadata: metadata.clone(),
-                    expiration_date: request.expiration_date,
-                    attributed_to: fact.attributed_to,
-                    linked_memory_ids: linked,
-                    entities,
-                    ..record
-                }
+            .map(|((fact, embedding), entities)| MemoryRecord {
+                metadata: metadata.clone(),
+                expiration_date: request.expiration_date,
+                attributed_to: fact.attributed_to.clone(),
+                linked_memory_ids: linked_ids(&fact.linked_ids, &existing),
+                entities,
+                ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), fact.text, embedding, observed_at)
             })
             .collect();
-        if invented > 0 {
-            debug!(invented, "ignored linked memory ids the model made up");
-        }
         let links = entity_links(&records, &name_vectors, "llm");
         self.write_new(caller, &records, &links, Some(buffered), now).await?;
         Ok(AddOutcome { results: added(records), warnings, usage: Some(response.usage) })
+    }
+
+    /// What the model sees besides the new messages: the session's earlier buffered messages, and
+    /// the nearest live memories of exactly this scope (also what dedup and links refer to).
+    async fn extraction_context(
+        &self,
+        caller: &Caller,
+        scope: &Scope,
+        session: &str,
+        new_messages: &[PromptMessage],
+    ) -> Result<(Vec<PromptMessage>, Vec<MemoryRecord>)> {
+        let earlier: Vec<PromptMessage> = self
+            .history
+            .recent_messages(&caller.tenant, session, self.extraction.context_messages)
+            .await?
+            .into_iter()
+            .map(|message| PromptMessage { role: message.role, name: message.name, content: message.content })
+            .collect();
+        if self.extraction.existing_memories == 0 {
+            return Ok((earlier, Vec::new()));
+        }
+        let query_vector = self.embedder.embed(&extraction::flatten(new_messages)).await?;
+        let scope_query = self.scoped_query(caller, scope.clone(), None, false);
+        let existing = self
+            .store
+            .search(&scope_query, &query_vector, self.extraction.existing_memories, 0.0)
+            .await?
+            .into_iter()
+            .map(|scored| scored.record)
+            .collect();
+        Ok((earlier, existing))
+    }
+
+    /// The facts worth storing: not too long, not repeated in the batch, not already a memory of
+    /// the scope (among the nearest ones or anywhere, by hash).
+    async fn new_facts(
+        &self,
+        caller: &Caller,
+        scope: &Scope,
+        existing: &[MemoryRecord],
+        facts: Vec<ExtractedFact>,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<ExtractedFact>> {
+        let mut seen: HashSet<String> = existing.iter().map(|record| record.hash.clone()).collect();
+        let mut kept = Vec::new();
+        for fact in facts {
+            if fact.text.len() > MAX_TEXT_BYTES {
+                warnings.push(format!("a fact longer than {MAX_TEXT_BYTES} bytes was dropped"));
+                continue;
+            }
+            if seen.insert(memory_hash(&fact.text)) {
+                kept.push(fact);
+            }
+        }
+        if !kept.is_empty() {
+            let known = self.existing_hashes(caller, scope, kept.iter().map(|fact| memory_hash(&fact.text))).await?;
+            kept.retain(|fact| !known.contains(&memory_hash(&fact.text)));
+        }
+        Ok(kept)
     }
 
     /// `memory_type = procedural_memory`: one LLM call summarises the agent's run into one memory.
@@ -408,7 +406,26 @@ pub(super) fn entity_links(
         .collect()
 }
 
-/// Fills the analysed text of a new record (the keyword index is built from it).
+/// The existing memories a fact's short ids (`"1"`, `"2"`, … as shown to the model) refer to;
+/// ids the model made up are ignored.
+fn linked_ids(short_ids: &[String], existing: &[MemoryRecord]) -> Vec<Uuid> {
+    let mut linked = Vec::new();
+    let mut invented = 0usize;
+    for short_id in short_ids {
+        let index = short_id.trim_matches(|c: char| !c.is_ascii_digit()).parse::<usize>().ok();
+        match index.and_then(|index| index.checked_sub(1)).and_then(|index| existing.get(index)) {
+            Some(record) if !linked.contains(&record.id) => linked.push(record.id),
+            Some(_) => {}
+            None => invented += 1,
+        }
+    }
+    if invented > 0 {
+        debug!(invented, "ignored linked memory ids the model made up");
+    }
+    linked
+}
+
+/// The `ADD` events of new records, as the API reports them.
 pub(super) fn added(records: Vec<MemoryRecord>) -> Vec<AddedMemory> {
     records
         .into_iter()
