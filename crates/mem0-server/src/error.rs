@@ -287,15 +287,16 @@ fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
 }
 
 /// The field a deserialisation error is about: the path where it happened, extended by the
-/// field a "missing field" or "unknown field" message names.
+/// field a "missing field", "unknown field" or "field `x`: …" message names.
 fn error_field(path: &str, message: &str) -> Option<String> {
-    let named = ["missing field `", "unknown field `"].iter().find_map(|prefix| {
+    let named = ["missing field `", "unknown field `", "field `"].iter().find_map(|prefix| {
         let start = message.find(prefix)? + prefix.len();
         let end = message[start..].find('`')? + start;
         Some(message[start..end].to_owned())
     });
     let path = (path != ".").then(|| path.to_owned());
     match (path, named) {
+        (Some(path), Some(named)) if path == named || path.ends_with(&format!(".{named}")) => Some(path),
         (Some(path), Some(named)) => Some(format!("{path}.{named}")),
         (path, named) => path.or(named),
     }

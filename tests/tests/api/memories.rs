@@ -125,6 +125,7 @@ async fn add_rejects_bad_input_naming_the_field() {
         (json!({"messages": "hi", "user_id": "u"}), "messages"),
         (json!({"messages": [{"content": "x"}], "user_id": "u"}), "messages[0].role"),
         (json!({"messages": message, "user_id": 7}), "user_id"),
+        (json!({"messages": message, "user_id": "u", "run_id": {"id": 1}}), "run_id"),
         (json!({"messages": message, "user_id": "u", "infer": "no"}), "infer"),
     ] {
         let reply = server.post("/memories", body.clone()).await;

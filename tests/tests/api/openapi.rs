@@ -22,6 +22,20 @@ fn committed_document_is_current() {
     );
 }
 
+/// A schema's properties, including those of the schemas it composes (`allOf`, as a flattened
+/// field renders), resolved against the document's components.
+fn properties(doc: &Value, schema: &Value) -> serde_json::Map<String, Value> {
+    let mut all = schema["properties"].as_object().cloned().unwrap_or_default();
+    for part in schema["allOf"].as_array().into_iter().flatten() {
+        let part = match part["$ref"].as_str() {
+            Some(target) => &doc["components"]["schemas"][target.trim_start_matches("#/components/schemas/")],
+            None => part,
+        };
+        all.extend(properties(doc, part));
+    }
+    all
+}
+
 fn collect_refs(value: &Value, refs: &mut Vec<String>) {
     match value {
         Value::Object(map) => {
@@ -87,25 +101,32 @@ fn operations_are_documented_and_refs_resolve() {
     assert!(operations >= 20, "{operations} operations");
     // The bounds the server enforces.
     let schemas = &doc["components"]["schemas"];
-    let search = &schemas["SearchRequest"]["properties"];
+    let search = &properties(&doc, &schemas["SearchRequest"]);
     assert_eq!((search["top_k"]["minimum"].as_f64(), search["top_k"]["maximum"].as_f64()), (Some(1.0), Some(1000.0)));
     assert_eq!(
         (search["threshold"]["minimum"].as_f64(), search["threshold"]["maximum"].as_f64()),
         (Some(0.0), Some(1.0))
     );
     let add = &schemas["AddMemoriesRequest"];
+    let add_properties = properties(&doc, add);
     assert_eq!(
-        (add["properties"]["messages"]["minItems"].as_u64(), add["properties"]["messages"]["maxItems"].as_u64()),
+        (add_properties["messages"]["minItems"].as_u64(), add_properties["messages"]["maxItems"].as_u64()),
         (Some(1), Some(100))
     );
+    // The scope ids are one type, in bodies and queries alike.
+    for (schema, fields) in [(add, &add_properties), (&schemas["SearchRequest"], search)] {
+        assert!(schema.to_string().contains("#/components/schemas/ScopeIds"), "{schema}");
+        assert!(fields.contains_key("user_id") && fields.contains_key("run_id"), "{fields:?}");
+    }
     assert_eq!(add["example"]["infer"], false, "the example stores without an LLM");
-    assert!(add["properties"]["timestamp"].to_string().contains("oneOf"), "timestamp: text or number");
+    assert!(add_properties["timestamp"].to_string().contains("oneOf"), "timestamp: text or number");
     assert_eq!(schemas["MessageRole"]["enum"], serde_json::json!(["user", "assistant", "system"]));
     assert_eq!(schemas["RoleName"]["enum"], serde_json::json!(["read", "write", "admin"]));
     assert_eq!(schemas["ScopeKindName"]["enum"], serde_json::json!(["user", "agent", "run"]));
     assert_eq!(schemas["CreateApiKeyRequest"]["properties"]["user_ids"]["minItems"], 1);
     let list = paths["/memories"]["get"]["parameters"].as_array().expect("parameters");
     let page_size = list.iter().find(|parameter| parameter["name"] == "page_size").expect("page_size");
+    assert!(list.iter().any(|parameter| parameter["name"] == "user_id"), "list takes the scope ids");
     assert_eq!(
         (page_size["schema"]["minimum"].as_f64(), page_size["schema"]["maximum"].as_f64()),
         (Some(1.0), Some(1000.0))

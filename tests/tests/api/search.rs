@@ -72,6 +72,8 @@ async fn bad_parameters_are_400() {
         (json!({"query": "x", "user_id": "u", "top_k": 2.5}), "top_k"),
         (json!({"query": "x", "user_id": "u", "threshold": "high"}), "threshold"),
         (json!({"query": "x", "user_id": "u", "mode": "fuzzy"}), "mode"),
+        (json!({"query": "x", "run_id": 5}), "run_id"),
+        (json!({"query": "x", "user_id": "u", "agent_id": ["a"]}), "agent_id"),
     ] {
         let reply = server.post("/search", body.clone()).await;
         reply.assert_error(400, "validation_failed");

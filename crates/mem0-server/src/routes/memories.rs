@@ -4,13 +4,13 @@ use axum::extract::State;
 use chrono::{DateTime, NaiveDate, Utc};
 use mem0_core::filter::parse_filter;
 use mem0_core::memory::{AddRequest, ListRequest, UpdateRequest, DEFAULT_PAGE_SIZE};
-use mem0_core::{AddedMemory, HistoryRecord, MemoryItem, Message, Scope};
+use mem0_core::{AddedMemory, HistoryRecord, MemoryItem, Message};
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{MessageResponse, MessageRole, TimestampInput};
+use super::{MessageResponse, MessageRole, ScopeIds, TimestampInput};
 use crate::error::{parse_memory_id, ApiError, AppJson, AppPath, AppQuery, ErrorBody};
 use crate::state::{AppState, RequestCaller};
 
@@ -76,15 +76,9 @@ pub struct AddMemoriesRequest {
     /// The conversation (1 to 100 messages).
     #[schema(min_items = 1, max_items = 100)]
     pub messages: Vec<MessageInput>,
-    /// Owning user (at least one of user_id, agent_id, run_id).
-    #[serde(default)]
-    pub user_id: Option<String>,
-    /// Owning agent.
-    #[serde(default)]
-    pub agent_id: Option<String>,
-    /// Owning run.
-    #[serde(default)]
-    pub run_id: Option<String>,
+    /// Who the memories belong to (at least one of user_id, agent_id, run_id).
+    #[serde(flatten)]
+    pub scope: ScopeIds,
     /// Caller metadata stored with each memory; scope and reserved keys are dropped.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
@@ -123,12 +117,6 @@ pub struct AddMemoriesResponse {
 #[derive(Debug, Clone, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListMemoriesQuery {
-    /// Owning user.
-    pub user_id: Option<String>,
-    /// Owning agent.
-    pub agent_id: Option<String>,
-    /// Owning run.
-    pub run_id: Option<String>,
     /// Rows per page, 1 to 1000 (default 100).
     #[param(minimum = 1, maximum = 1000)]
     pub page_size: Option<usize>,
@@ -150,18 +138,6 @@ pub struct ListMemoriesResponse {
     pub results: Vec<MemoryItem>,
     /// Token for the next page (`cursor`), `null` on the last page.
     pub next: Option<String>,
-}
-
-/// Query naming a scope.
-#[derive(Debug, Clone, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct ScopeQuery {
-    /// Owning user.
-    pub user_id: Option<String>,
-    /// Owning agent.
-    pub agent_id: Option<String>,
-    /// Owning run.
-    pub run_id: Option<String>,
 }
 
 /// Response of `DELETE /memories`.
@@ -227,10 +203,6 @@ fn parse_timestamp(value: &serde_json::Value) -> Result<DateTime<Utc>, ApiError>
     Ok(time)
 }
 
-fn scope_from(user_id: Option<&str>, agent_id: Option<&str>, run_id: Option<&str>) -> Result<Scope, ApiError> {
-    Ok(Scope::optional(user_id, agent_id, run_id)?)
-}
-
 fn message_text(content: MessageContent) -> String {
     match content {
         MessageContent::Text(text) => text,
@@ -272,7 +244,7 @@ pub async fn add_memories(
     RequestCaller(caller): RequestCaller,
     AppJson(body): AppJson<AddMemoriesRequest>,
 ) -> Result<AppJson<AddMemoriesResponse>, ApiError> {
-    let scope = scope_from(body.user_id.as_deref(), body.agent_id.as_deref(), body.run_id.as_deref())?;
+    let scope = body.scope.scope()?;
     let expiration_date = body.expiration_date.as_deref().map(|raw| parse_date("expiration_date", raw)).transpose()?;
     let timestamp = body.timestamp.as_ref().map(parse_timestamp).transpose()?;
     let messages = body
@@ -307,7 +279,7 @@ pub async fn add_memories(
     get,
     path = "/memories",
     tag = "memories",
-    params(ListMemoriesQuery),
+    params(ScopeIds, ListMemoriesQuery),
     responses(
         (status = 401, description = "No valid credentials", body = ErrorBody),
         (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
@@ -321,9 +293,10 @@ pub async fn add_memories(
 pub async fn list_memories(
     State(state): State<AppState>,
     RequestCaller(caller): RequestCaller,
+    AppQuery(ids): AppQuery<ScopeIds>,
     AppQuery(query): AppQuery<ListMemoriesQuery>,
 ) -> Result<AppJson<ListMemoriesResponse>, ApiError> {
-    let scope = scope_from(query.user_id.as_deref(), query.agent_id.as_deref(), query.run_id.as_deref())?;
+    let scope = ids.scope()?;
     let filter = match query.filters.as_deref() {
         Some(raw) => {
             let value: serde_json::Value = serde_json::from_str(raw)
@@ -355,7 +328,7 @@ pub async fn list_memories(
     delete,
     path = "/memories",
     tag = "memories",
-    params(ScopeQuery),
+    params(ScopeIds),
     responses(
         (status = 401, description = "No valid credentials", body = ErrorBody),
         (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
@@ -369,9 +342,9 @@ pub async fn list_memories(
 pub async fn delete_all_memories(
     State(state): State<AppState>,
     RequestCaller(caller): RequestCaller,
-    AppQuery(query): AppQuery<ScopeQuery>,
+    AppQuery(ids): AppQuery<ScopeIds>,
 ) -> Result<AppJson<DeleteAllResponse>, ApiError> {
-    let scope = scope_from(query.user_id.as_deref(), query.agent_id.as_deref(), query.run_id.as_deref())?;
+    let scope = ids.scope()?;
     let deleted = state.memory().delete_all(&caller, scope).await?;
     Ok(AppJson(DeleteAllResponse { message: "All relevant memories deleted".to_owned(), deleted }))
 }

@@ -9,10 +9,13 @@ pub mod requests;
 pub mod scopes;
 pub mod search;
 
-use serde::Serialize;
-use utoipa::ToSchema;
+use mem0_core::Scope;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 
+use crate::error::ApiError;
 use crate::rate_limit::RouteClass;
 use crate::state::AppState;
 
@@ -47,6 +50,50 @@ pub fn api_groups() -> Vec<(RouteClass, OpenApiRouter<AppState>)> {
 /// for a concurrency slot.
 pub fn open_router() -> OpenApiRouter<AppState> {
     health::router()
+}
+
+/// The scope ids a request names, in its query or (flattened) at the top level of its body. Writes
+/// and scope-wide deletes need at least one; reads without any cover the caller's whole tenant
+/// (admin only).
+#[derive(Debug, Clone, Default, Deserialize, ToSchema, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ScopeIds {
+    /// Owning user.
+    #[serde(default, deserialize_with = "user_id")]
+    #[schema(example = "alice")]
+    pub user_id: Option<String>,
+    /// Owning agent.
+    #[serde(default, deserialize_with = "agent_id")]
+    pub agent_id: Option<String>,
+    /// Owning run (a session or conversation).
+    #[serde(default, deserialize_with = "run_id")]
+    pub run_id: Option<String>,
+}
+
+// Flattened into a body, the ids are read from a buffer where serde_path_to_error cannot see
+// them; naming the field in the message keeps `details.field` precise (see `error_field`).
+fn scope_id<'de, D: Deserializer<'de>>(deserializer: D, field: &str) -> Result<Option<String>, D::Error> {
+    Option::<String>::deserialize(deserializer)
+        .map_err(|error| D::Error::custom(format_args!("field `{field}`: {error}")))
+}
+
+fn user_id<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    scope_id(deserializer, "user_id")
+}
+
+fn agent_id<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    scope_id(deserializer, "agent_id")
+}
+
+fn run_id<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    scope_id(deserializer, "run_id")
+}
+
+impl ScopeIds {
+    /// The scope these ids name; blank or over-long ids are a 400.
+    pub fn scope(&self) -> Result<Scope, ApiError> {
+        Ok(Scope::optional(self.user_id.as_deref(), self.agent_id.as_deref(), self.run_id.as_deref())?)
+    }
 }
 
 /// `role` of a message (schema only; the core validates).

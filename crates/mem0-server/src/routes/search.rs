@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::ScopeIds;
 use crate::error::{ApiError, AppJson, ErrorBody};
 use crate::state::{AppState, RequestCaller};
 use mem0_core::MemoryItem;
@@ -31,15 +32,10 @@ pub struct SearchRequest {
     #[serde(default)]
     #[schema(value_type = Option<Object>, example = json!({"user_id": "alice", "AND": [{"topic": "food"}, {"priority": {"gte": 2}}]}))]
     pub filters: Option<serde_json::Value>,
-    /// Owning user (older clients send it here; it overrides the same key in `filters`).
-    #[serde(default)]
-    pub user_id: Option<String>,
-    /// Owning agent.
-    #[serde(default)]
-    pub agent_id: Option<String>,
-    /// Owning run.
-    #[serde(default)]
-    pub run_id: Option<String>,
+    /// Scope ids at the top level (older clients send them here); each overrides the same key
+    /// in `filters`.
+    #[serde(flatten)]
+    pub scope: ScopeIds,
     /// Most results, 1 to 1000 (default 20).
     #[serde(default)]
     #[schema(minimum = 1, maximum = 1000)]
@@ -129,9 +125,9 @@ pub async fn search_memories(
         None => Default::default(),
     };
     let scope = Scope::optional(
-        body.user_id.as_deref().or(filter_scope.user_id.as_deref()),
-        body.agent_id.as_deref().or(filter_scope.agent_id.as_deref()),
-        body.run_id.as_deref().or(filter_scope.run_id.as_deref()),
+        body.scope.user_id.as_deref().or(filter_scope.user_id.as_deref()),
+        body.scope.agent_id.as_deref().or(filter_scope.agent_id.as_deref()),
+        body.scope.run_id.as_deref().or(filter_scope.run_id.as_deref()),
     )?;
     let request = CoreSearchRequest {
         scope,
