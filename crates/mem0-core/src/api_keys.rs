@@ -32,8 +32,9 @@ pub struct NewApiKey {
     pub grant: ScopeGrant,
 }
 
-/// A key as listed (never with its secret).
+/// An API key as listed (never with its secret).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = ApiKeyResponse))]
 pub struct ApiKeyInfo {
     /// Key id.
     pub id: Uuid,
@@ -45,9 +46,9 @@ pub struct ApiKeyInfo {
     pub label: String,
     /// What the key may do.
     pub role: Role,
-    /// Allowed user ids (`None`: every user of the tenant).
+    /// Allowed user ids (`null`: every user of the tenant).
     pub user_ids: Option<Vec<String>>,
-    /// Allowed agent ids (`None`: every agent).
+    /// Allowed agent ids (`null`: every agent).
     pub agent_ids: Option<Vec<String>>,
     /// Principal that created it.
     pub created_by: String,
@@ -60,11 +61,13 @@ pub struct ApiKeyInfo {
 }
 
 /// A new key with its secret, returned once.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = CreatedApiKeyResponse))]
 pub struct CreatedApiKey {
     /// The stored information.
+    #[serde(flatten)]
     pub info: ApiKeyInfo,
-    /// The key itself: shown once, never stored.
+    /// The key itself: shown once, never stored. Store it now.
     pub key: String,
 }
 

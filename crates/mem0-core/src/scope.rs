@@ -102,13 +102,14 @@ pub fn validate_scope_id(field: &str, raw: &str) -> Result<String> {
 
 /// What a caller may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = RoleName))]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Read memories (get, list, search, history).
     Read,
     /// Read and write memories of its scopes.
     Write,
-    /// Everything, including scope-wide deletes and reset.
+    /// Everything in its tenant, including keys, scope-wide deletes and reset.
     Admin,
 }
 

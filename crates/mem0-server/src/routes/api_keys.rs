@@ -2,8 +2,7 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use chrono::{DateTime, Utc};
-use mem0_core::api_keys::{ApiKeyInfo, NewApiKey};
+use mem0_core::api_keys::{ApiKeyInfo, CreatedApiKey, NewApiKey};
 use mem0_core::{Role, ScopeGrant};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -11,7 +10,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::{MessageResponse, RoleName};
+use super::MessageResponse;
 use crate::error::{ApiError, AppJson, AppPath, ErrorBody, ErrorCode};
 use crate::state::{AppState, RequestCaller};
 
@@ -27,7 +26,7 @@ pub struct CreateApiKeyRequest {
     #[schema(example = "support bot", min_length = 1)]
     pub label: String,
     /// `read`, `write` or `admin`.
-    #[schema(value_type = RoleName, example = "write")]
+    #[schema(example = "write")]
     pub role: Role,
     /// Only these users' memories (leave out for every user of the tenant).
     #[serde(default)]
@@ -42,61 +41,11 @@ pub struct CreateApiKeyRequest {
     pub tenant: Option<String>,
 }
 
-/// An API key (never its secret, except once at creation).
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ApiKeyResponse {
-    /// Key id.
-    pub id: Uuid,
-    /// The key itself: present only in the creation response. Store it now.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub key: Option<String>,
-    /// Owning tenant.
-    pub tenant: String,
-    /// First characters of the key.
-    pub key_prefix: String,
-    /// Label.
-    pub label: String,
-    /// `read`, `write` or `admin`.
-    #[schema(value_type = RoleName)]
-    pub role: Role,
-    /// Allowed users (`null`: all).
-    pub user_ids: Option<Vec<String>>,
-    /// Allowed agents (`null`: all).
-    pub agent_ids: Option<Vec<String>>,
-    /// Who created it.
-    pub created_by: String,
-    /// Creation time.
-    pub created_at: DateTime<Utc>,
-    /// Last use (minute resolution).
-    pub last_used_at: Option<DateTime<Utc>>,
-    /// Revocation time.
-    pub revoked_at: Option<DateTime<Utc>>,
-}
-
-impl ApiKeyResponse {
-    fn from_info(info: ApiKeyInfo, key: Option<String>) -> Self {
-        Self {
-            id: info.id,
-            key,
-            tenant: info.tenant,
-            key_prefix: info.key_prefix,
-            label: info.label,
-            role: info.role,
-            user_ids: info.user_ids,
-            agent_ids: info.agent_ids,
-            created_by: info.created_by,
-            created_at: info.created_at,
-            last_used_at: info.last_used_at,
-            revoked_at: info.revoked_at,
-        }
-    }
-}
-
 /// The keys of a tenant.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ApiKeyList {
     /// Newest first, revoked ones included.
-    pub results: Vec<ApiKeyResponse>,
+    pub results: Vec<ApiKeyInfo>,
 }
 
 /// Create an API key (admin); the key is returned once
@@ -106,7 +55,7 @@ pub struct ApiKeyList {
     tag = "admin",
     request_body = CreateApiKeyRequest,
     responses(
-        (status = 201, description = "Created; `key` is shown only now", body = ApiKeyResponse),
+        (status = 201, description = "Created; `key` is shown only now", body = CreatedApiKey),
         (status = 400, description = "Invalid input", body = ErrorBody),
         (status = 401, description = "No valid credentials", body = ErrorBody),
         (status = 403, description = "Not an admin, or asking for more than the creator may do", body = ErrorBody),
@@ -118,7 +67,7 @@ pub async fn create_api_key(
     State(state): State<AppState>,
     RequestCaller(caller): RequestCaller,
     AppJson(body): AppJson<CreateApiKeyRequest>,
-) -> Result<(StatusCode, AppJson<ApiKeyResponse>), ApiError> {
+) -> Result<(StatusCode, AppJson<CreatedApiKey>), ApiError> {
     let new = NewApiKey {
         tenant: body.tenant,
         label: body.label,
@@ -127,7 +76,7 @@ pub async fn create_api_key(
     };
     let created = state.api_keys.create(&caller, new).await?;
     tracing::info!(key_id = %created.info.id, tenant = %created.info.tenant, role = ?created.info.role, "api key created");
-    Ok((StatusCode::CREATED, AppJson(ApiKeyResponse::from_info(created.info, Some(created.key)))))
+    Ok((StatusCode::CREATED, AppJson(created)))
 }
 
 /// List the API keys of the caller's tenant (admin)
@@ -147,7 +96,7 @@ pub async fn list_api_keys(
     RequestCaller(caller): RequestCaller,
 ) -> Result<AppJson<ApiKeyList>, ApiError> {
     let keys = state.api_keys.list(&caller).await?;
-    Ok(AppJson(ApiKeyList { results: keys.into_iter().map(|info| ApiKeyResponse::from_info(info, None)).collect() }))
+    Ok(AppJson(ApiKeyList { results: keys }))
 }
 
 /// Revoke an API key (admin)

@@ -122,19 +122,6 @@ pub enum ScopeKindName {
     Run,
 }
 
-/// What a key may do (schema only).
-#[derive(Debug, Clone, Copy, ToSchema)]
-#[schema(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub enum RoleName {
-    /// Read memories.
-    Read,
-    /// Read and write memories of its scopes.
-    Write,
-    /// Everything in its tenant, including keys and scope-wide deletes.
-    Admin,
-}
-
 /// When a conversation happened (schema only): RFC 3339 text or Unix seconds.
 #[derive(Debug, Clone, serde::Deserialize, ToSchema)]
 #[allow(dead_code)]
