@@ -153,7 +153,7 @@ impl Memory {
     /// # Errors
     /// [`crate::Error::Config`] for invalid settings or a dimension mismatch; store errors.
     pub async fn reconfigure(&self, embedder: Option<Arc<dyn Embedder>>, config: &MemoryConfig) -> Result<Self> {
-        config.retrieval.validate().map_err(crate::Error::Config)?;
+        config.validate("memory").map_err(crate::Error::Config)?;
         let base = match embedder {
             Some(embedder) => self.with_embedder(embedder).await?,
             None => self.clone(),

@@ -823,3 +823,36 @@ async fn pgvector_cancelled_operations_never_poison_the_pool() {
         assert!(store.get("t", seeded[0].id).await.expect("get").is_some(), "round {round}");
     }
 }
+
+/// The pool's return check keeps healthy connections: sequential operations of every kind run on
+/// one Postgres backend rather than a new connection each (the check itself must not mistake an
+/// ordinary session for one inside a transaction).
+#[tokio::test]
+async fn pgvector_healthy_connections_are_reused() {
+    let database = PgDatabase::create().await;
+    let config = mem0_core::store::PgVectorConfig { max_connections: 1, ..Default::default() };
+    let store = mem0_core::store::PgVectorStore::connect(&database.url(), &config).await.expect("connect");
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let admin = sqlx::PgPool::connect(&database.admin_url).await.expect("admin");
+    let backends = || async {
+        sqlx::query_scalar::<_, i32>(
+            "select pid from pg_stat_activity where datname = $1 and backend_type = 'client backend' order by pid",
+        )
+        .bind(&database.name)
+        .fetch_all(&admin)
+        .await
+        .expect("activity")
+    };
+    let seeded = record("t", "u", "the first memory", unit([1.0, 0.0, 0.0, 0.0]), json!({}), 0);
+    insert(&store, std::slice::from_ref(&seeded)).await.expect("insert");
+    let first = backends().await;
+    assert_eq!(first.len(), 1, "one pooled connection: {first:?}");
+    for round in 0..20 {
+        let extra = record("t", "u", &format!("memory {round}"), unit([0.0, 1.0, 0.0, 0.0]), json!({}), round + 1);
+        insert(&store, &[extra]).await.expect("insert");
+        store.search(&query("t", "u", None), &unit([1.0, 0.0, 0.0, 0.0]), 3, 0.0).await.expect("search");
+        store.keyword_postings(&query("t", "u", None), &["memory".to_owned()]).await.expect("postings");
+        assert!(store.get("t", seeded.id).await.expect("get").is_some());
+    }
+    assert_eq!(backends().await, first, "the same backend served every operation");
+}

@@ -38,7 +38,8 @@ pub struct ConfigureSettings {
 }
 
 /// The configuration a running server can change: what `/configure` patches, shows and persists.
-/// A change names only what it changes (a JSON merge patch: `null` resets a key to its default).
+/// A change names only what it changes (a JSON merge patch: `null` removes a key, so an optional
+/// setting goes back to its default; `embedder` itself cannot be removed).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuntimeConfig {
@@ -76,7 +77,7 @@ impl RuntimeConfig {
     pub fn patched(&self, patch: &Value) -> Result<Self, String> {
         if let Some(key) = secret_key(patch) {
             return Err(format!(
-                "`{key}` looks like a secret; secrets are only read from the environment or secret files, never over HTTP"
+                "`{key}` looks like a secret or carries credentials (headers, query parameters); these are only read from the environment or the configuration files at startup, never over HTTP"
             ));
         }
         match patch {
@@ -137,8 +138,10 @@ fn secret_key(value: &Value) -> Option<String> {
     match value {
         Value::Object(map) => map.iter().find_map(|(key, inner)| {
             let lower = key.to_ascii_lowercase();
-            let secret = ["key", "secret", "password", "credential"].iter().any(|word| lower.contains(word))
-                || (lower.contains("token") && !lower.ends_with("tokens"));
+            // Extra headers and query parameters carry gateway credentials as often as not.
+            let secret =
+                ["key", "secret", "password", "credential", "header", "param"].iter().any(|word| lower.contains(word))
+                    || (lower.contains("token") && !lower.ends_with("tokens"));
             if secret {
                 Some(key.clone())
             } else {
@@ -316,6 +319,10 @@ mod tests {
         assert_eq!(secret_key(&json!({"embedder": {"openai": {"api_key": "sk"}}})).as_deref(), Some("api_key"));
         assert_eq!(secret_key(&json!({"embedder": {"openai": {"model": "m"}}})), None);
         assert_eq!(secret_key(&json!({"llm": {"openai": {"max_tokens": 5}}})), None);
+        let headers = json!({"llm": {"openai": {"extra_headers": {"Authorization": "Bearer x"}}}});
+        assert_eq!(secret_key(&headers).as_deref(), Some("extra_headers"));
+        let params = json!({"llm": {"openai": {"query_params": {"api-version": "1"}}}});
+        assert_eq!(secret_key(&params).as_deref(), Some("query_params"));
     }
 
     #[test]

@@ -289,11 +289,12 @@ fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
 /// The field a deserialisation error is about: the path where it happened, extended by the
 /// field a "missing field", "unknown field" or "field `x`: …" message names.
 fn error_field(path: &str, message: &str) -> Option<String> {
-    let named = ["missing field `", "unknown field `", "field `"].iter().find_map(|prefix| {
-        let start = message.find(prefix)? + prefix.len();
-        let end = message[start..].find('`')? + start;
-        Some(message[start..end].to_owned())
-    });
+    let named = ["missing field `", "unknown field `"]
+        .iter()
+        .find_map(|prefix| message.find(prefix).map(|start| start + prefix.len()))
+        // What `routes::ScopeIds` says of its own fields: "field `user_id`: …".
+        .or_else(|| message.starts_with("field `").then_some("field `".len()))
+        .and_then(|start| Some(message[start..message[start..].find('`')? + start].to_owned()));
     let path = (path != ".").then(|| path.to_owned());
     match (path, named) {
         (Some(path), Some(named)) if path == named || path.ends_with(&format!(".{named}")) => Some(path),

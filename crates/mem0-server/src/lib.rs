@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
+use axum::handler::Handler;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{middleware, Router};
@@ -76,10 +77,12 @@ pub fn app(state: AppState) -> Router {
         )
         .merge(docs::router())
         .layer(guarded(RouteClass::Open));
+    // Unknown routes and methods pass the guard too (credentials, then the read budget), so they
+    // are neither a way around authentication nor an unlimited way to fill the request log.
     router
         .merge(open)
-        .fallback(route_not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(route_not_found.layer(guarded(RouteClass::Read)))
+        .method_not_allowed_fallback(method_not_allowed.layer(guarded(RouteClass::Read)))
         .layer(middleware::from_fn_with_state(browser_guard, browser::guard))
         .layer(middleware::from_fn_with_state(context, request_context::request_context))
         .with_state(state)

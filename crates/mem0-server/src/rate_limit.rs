@@ -41,7 +41,7 @@ pub enum RouteClass {
     Write,
     /// Keys, entities, request log, reset.
     Admin,
-    /// Health, docs, and anything without valid credentials.
+    /// Health and docs, and failed authentication on any route (both per client address).
     Open,
 }
 

@@ -164,6 +164,9 @@ fn protected_routes(memory: &str) -> Vec<(Method, String, Option<Value>)> {
         (Method::GET, "/configure".into(), None),
         (Method::POST, "/configure".into(), Some(json!({"embedder": {"provider": "local"}}))),
         (Method::GET, "/configure/providers".into(), None),
+        // Unknown routes and methods are behind the guard too: no probing without credentials.
+        (Method::GET, "/nope".into(), None),
+        (Method::PATCH, "/memories".into(), None),
     ]
 }
 
@@ -246,6 +249,9 @@ async fn bad_credentials_are_401_on_every_protected_route() {
     // Nothing changed.
     let reply = call(server, &world.acme_admin, Method::GET, &format!("/memories/{}", world.alice_memory), None).await;
     assert_eq!(reply.body["memory"], "alice likes oolong tea");
+    // With credentials, the same requests learn what is wrong with them.
+    call(server, &world.acme_admin, Method::GET, "/nope", None).await.assert_error(404, "route_not_found");
+    call(server, &world.acme_admin, Method::PATCH, "/memories", None).await.assert_error(405, "method_not_allowed");
     // Unsupported schemes are refused, not ignored.
     let raw = server
         .client
@@ -526,6 +532,8 @@ async fn rate_limits_answer_429_with_retry_after() {
     call(&server, &bad, Method::GET, "/memories?user_id=u", None).await.assert_error(401, "unauthenticated");
     call(&server, &bad, Method::GET, "/memories?user_id=u", None).await.assert_error(401, "unauthenticated");
     call(&server, &bad, Method::GET, "/memories?user_id=u", None).await.assert_error(429, "rate_limited");
+    // Probing unknown routes draws on the same budget.
+    call(&server, &bad, Method::GET, "/nope", None).await.assert_error(429, "rate_limited");
 }
 
 #[tokio::test]

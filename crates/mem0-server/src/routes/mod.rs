@@ -52,9 +52,9 @@ pub fn open_router() -> OpenApiRouter<AppState> {
     health::router()
 }
 
-/// The scope ids a request names, in its query or (flattened) at the top level of its body. Writes
-/// and scope-wide deletes need at least one; reads without any cover the caller's whole tenant
-/// (admin only).
+/// The scope ids a request names, in its query or (flattened) at the top level of its body. Adds,
+/// searches and scope-wide deletes need at least one; a listing without any covers the caller's
+/// whole tenant (admin only).
 #[derive(Debug, Clone, Default, Deserialize, ToSchema, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ScopeIds {

@@ -133,19 +133,23 @@ fn bind_all<'q>(mut query: PgQuery<'q>, binds: &'q [Bind]) -> PgQuery<'q> {
 /// A `begin()` whose future is dropped while `BEGIN` is in flight (a client that disconnects, a
 /// timeout) leaves the session inside a transaction sqlx does not know about (sqlx 0.8.6 and
 /// 0.9.0, launchbadge/sqlx#4393); handed to the next borrower, its statements would run inside
-/// it, and after one error every query on the connection would fail with 25P02. Outside a
-/// transaction block every statement is the first of its own transaction, so its
-/// `statement_timestamp()` equals `transaction_timestamp()` (documented); inside one they differ.
-/// A session in an aborted transaction fails the query instead. Either way the connection is
-/// closed rather than reused.
+/// it, and after one error every query on the connection would fail with 25P02. A transaction
+/// takes its `transaction_timestamp()` from the `statement_timestamp()` of its first command, so
+/// outside a transaction block the two are equal and inside one they differ. That holds for one
+/// simple-protocol query (one `Query` message); over the extended protocol a statement not yet
+/// prepared would start its implicit transaction at `Parse` and restamp the statement at `Bind`,
+/// which looks like a stale transaction on every fresh connection. A session in an aborted
+/// transaction fails the query instead. Either way such a connection is closed, not reused.
 async fn outside_transaction(connection: &mut sqlx::PgConnection) -> Result<bool, sqlx::Error> {
-    let inside: bool = sqlx::query_scalar("select statement_timestamp() <> transaction_timestamp()")
-        .fetch_one(&mut *connection)
-        .await?;
-    if inside {
+    // A query string without arguments goes out as one simple-protocol `Query` message.
+    let row =
+        sqlx::Executor::fetch_one(&mut *connection, "select (statement_timestamp() = transaction_timestamp())::int4")
+            .await?;
+    let outside = row.try_get::<i32, _>(0)? == 1;
+    if !outside {
         tracing::warn!("closing a postgres connection returned inside a stale transaction");
     }
-    Ok(!inside)
+    Ok(outside)
 }
 
 impl PgVectorStore {
