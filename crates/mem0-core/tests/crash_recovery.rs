@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use mem0_core::history::HistoryStore;
 use mem0_core::providers::embedder::{Embedder, LocalEmbedder};
-use mem0_core::providers::llm::{OpenAiLlm, OpenAiLlmConfig};
+use mem0_core::providers::llm::{Llm, OpenAiLlm, OpenAiLlmConfig};
 use mem0_core::store::{PgVectorConfig, PgVectorStore, SqliteStore, VectorStore};
 use mem0_core::{
     AddRequest, Caller, ExtractionSettings, HistoryEvent, ListRequest, Memory, Message, Scope, UpdateRequest,
@@ -22,7 +22,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 mod common;
-use common::PgDatabase;
+use common::{cancel_after, PgDatabase};
 
 const CHILD_ENV: &str = "MEM0_CRASH_DRILL";
 const TENANT: &str = "drill";
@@ -114,25 +114,8 @@ async fn crash_child() {
     match drill.operation {
         Operation::Add => drop(memory.add(&caller, verbatim(VERBATIM)).await.expect("add")),
         Operation::AddInferred => {
-            use wiremock::matchers::{method, path};
-            let llm = wiremock::MockServer::start().await;
-            let content = json!({"facts": [{"text": EXTRACTED, "entities": ["garden"]}]}).to_string();
-            wiremock::Mock::given(method("POST"))
-                .and(path("/v1/chat/completions"))
-                .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!({
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 10}
-                })))
-                .mount(&llm)
-                .await;
-            let config = OpenAiLlmConfig {
-                base_url: Some(format!("{}/v1", llm.uri())),
-                api_key: Some("sk-drill".to_owned().into()),
-                model: "fake-chat".to_owned(),
-                ..OpenAiLlmConfig::default()
-            };
-            let memory =
-                memory.with_llm(Some(Arc::new(OpenAiLlm::new(config).expect("llm"))), ExtractionSettings::default());
+            let (_server, llm) = fake_llm(json!({"facts": [{"text": EXTRACTED, "entities": ["garden"]}]})).await;
+            let memory = memory.with_llm(Some(llm), ExtractionSettings::default());
             let request = AddRequest {
                 scope: scope(),
                 messages: vec![
@@ -270,16 +253,27 @@ async fn crash_drills() {
     }
 }
 
-/// Polls `operation` `polls` times (letting the runtime work in between) and drops it, the way a
-/// disconnecting client or a request timeout cancels a request.
-async fn cancel_after<F: std::future::Future>(operation: F, polls: usize) {
-    let mut operation = std::pin::pin!(operation);
-    for _ in 0..polls {
-        if futures::poll!(operation.as_mut()).is_ready() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
+/// An OpenAI-compatible chat server (wiremock) whose every reply is `facts`, and the real client
+/// pointed at it; keep the server alive while the client is used.
+async fn fake_llm(facts: serde_json::Value) -> (wiremock::MockServer, Arc<dyn Llm>) {
+    use wiremock::matchers::{method, path};
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": facts.to_string()}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 10}
+        })))
+        .mount(&server)
+        .await;
+    let config = OpenAiLlmConfig {
+        base_url: Some(format!("{}/v1", server.uri())),
+        api_key: Some("sk-drill".to_owned().into()),
+        model: "fake-chat".to_owned(),
+        ..OpenAiLlmConfig::default()
+    };
+    let llm: Arc<dyn Llm> = Arc::new(OpenAiLlm::new(config).expect("llm"));
+    (server, llm)
 }
 
 /// Writes whose caller gives up half-way still finish as a whole: each runs on its own task, so
@@ -380,7 +374,6 @@ async fn redelivered_message_batches_add_nothing() {
 /// text back after the user was deleted.
 #[tokio::test]
 async fn delete_all_forgets_messages_waiting_in_the_journal() {
-    use wiremock::matchers::{method, path};
     let dir = tempfile::tempdir().expect("temp dir");
     let drill = Drill {
         backend: Backend::Sqlite,
@@ -391,26 +384,11 @@ async fn delete_all_forgets_messages_waiting_in_the_journal() {
         target: None,
     };
     let (memory, store, history) = open(&drill).await;
-    let llm = wiremock::MockServer::start().await;
-    let content = json!({"facts": [{"text": EXTRACTED}]}).to_string();
-    wiremock::Mock::given(method("POST"))
-        .and(path("/v1/chat/completions"))
-        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!({
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 10}
-        })))
-        .mount(&llm)
-        .await;
-    let config = OpenAiLlmConfig {
-        base_url: Some(format!("{}/v1", llm.uri())),
-        api_key: Some("sk-drill".to_owned().into()),
-        model: "fake-chat".to_owned(),
-        ..OpenAiLlmConfig::default()
-    };
+    let (_server, llm) = fake_llm(json!({"facts": [{"text": EXTRACTED}]})).await;
     // The write stops right after its store transaction (the task panics there).
     let interrupted = memory
         .clone()
-        .with_llm(Some(Arc::new(OpenAiLlm::new(config).expect("llm"))), ExtractionSettings::default())
+        .with_llm(Some(llm), ExtractionSettings::default())
         .with_fail_point(Arc::new(|step| assert_ne!(step, "write.after_commit", "interrupted")));
     let request = AddRequest {
         scope: scope(),

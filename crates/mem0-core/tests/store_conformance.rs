@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 mod common;
-use common::PgDatabase;
+use common::{cancel_after, PgDatabase};
 
 const DIM: usize = 4;
 
@@ -756,18 +756,6 @@ async fn pgvector_concurrent_links_create_one_entity_row() {
     let links: i64 =
         sqlx::query_scalar("select count(*) from memory_entity_links").fetch_one(store.pool()).await.expect("count");
     assert_eq!(links, 24, "every memory is linked to it");
-}
-
-/// Polls `operation` `polls` times (letting the runtime work in between) and drops it, the way
-/// a disconnecting client or a timeout cancels a request.
-async fn cancel_after<F: std::future::Future>(operation: F, polls: usize) {
-    let mut operation = std::pin::pin!(operation);
-    for _ in 0..polls {
-        if futures::poll!(operation.as_mut()).is_ready() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
 }
 
 /// Operations cut off at every point of their transactions never leave a pooled connection inside

@@ -45,11 +45,11 @@ impl BrowserGuard {
             // Every browser sends a Host; without one (or with one that is not text) the request
             // is refused rather than waved through.
             if authority.is_none() && self.auth_disabled {
-                return Some(refusal(ErrorCode::HostNotAllowed, "a Host header naming this server is required"));
+                return Some(ApiError::new(ErrorCode::HostNotAllowed, "a Host header naming this server is required"));
             }
             if let Some(authority) = authority {
                 if !self.host_allowed(authority) {
-                    return Some(refusal(
+                    return Some(ApiError::new(
                         ErrorCode::HostNotAllowed,
                         format!(
                             "host `{}` is not served here; use a loopback address, or add the name to \
@@ -66,7 +66,7 @@ impl BrowserGuard {
         let text = |name: header::HeaderName| headers.get(name).and_then(|value| value.to_str().ok());
         if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site")) {
             if !matches!(site.trim().to_ascii_lowercase().as_str(), "same-origin" | "none") {
-                return Some(refusal(
+                return Some(ApiError::new(
                     ErrorCode::CrossSiteRequest,
                     format!("a {site} request cannot change anything while authentication is disabled"),
                 ));
@@ -76,7 +76,7 @@ impl BrowserGuard {
             let same =
                 origin.to_str().ok().zip(authority).is_some_and(|(origin, authority)| same_origin(origin, authority));
             if !same {
-                return Some(refusal(
+                return Some(ApiError::new(
                     ErrorCode::CrossSiteRequest,
                     "requests from another origin cannot change anything while authentication is disabled",
                 ));
@@ -85,7 +85,7 @@ impl BrowserGuard {
         if let Some(content_type) = text(header::CONTENT_TYPE) {
             let essence = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
             if matches!(essence.as_str(), "application/x-www-form-urlencoded" | "multipart/form-data" | "text/plain") {
-                return Some(refusal(
+                return Some(ApiError::new(
                     ErrorCode::CrossSiteRequest,
                     format!("`{essence}` bodies are what HTML forms send; send JSON (or no body) instead"),
                 ));
@@ -98,10 +98,6 @@ impl BrowserGuard {
         let host = host_of(authority);
         is_loopback_name(&host) || self.allowed_hosts.contains(&host)
     }
-}
-
-fn refusal(code: ErrorCode, message: impl Into<String>) -> ApiError {
-    ApiError::new(code, message)
 }
 
 /// The host of an authority (`name:port`, `[v6]:port`, `name`), lower case, without port or brackets.
@@ -133,10 +129,9 @@ fn is_loopback_name(host: &str) -> bool {
 fn same_origin(origin: &str, authority: &str) -> bool {
     let Ok(origin) = url::Url::parse(origin) else { return false };
     let Some(origin_host) = origin.host_str() else { return false };
-    let default_port = origin.port_or_known_default();
+    let origin_port = origin.port_or_known_default();
     let (host, port) = split_authority(authority);
-    let port = port.or(default_port);
-    host_of(origin_host) == host && origin.port_or_known_default() == port
+    host_of(origin_host) == host && origin_port == port.or(origin_port)
 }
 
 fn split_authority(authority: &str) -> (String, Option<u16>) {

@@ -49,3 +49,15 @@ impl Drop for PgDatabase {
         .join();
     }
 }
+
+/// Polls `operation` `polls` times (letting the runtime work in between) and drops it, the way a
+/// disconnecting client or a request timeout cancels a request.
+pub async fn cancel_after<F: std::future::Future>(operation: F, polls: usize) {
+    let mut operation = std::pin::pin!(operation);
+    for _ in 0..polls {
+        if futures::poll!(operation.as_mut()).is_ready() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+}
