@@ -797,14 +797,27 @@ async fn pgvector_cancelled_operations_never_poison_the_pool() {
             }
             tokio::task::yield_now().await;
         }
-        let stale: i64 = sqlx::query_scalar(
-            "select count(*) from pg_stat_activity where datname = $1 and state like 'idle in transaction%'",
-        )
-        .bind(&database_name)
-        .fetch_one(&admin)
-        .await
-        .expect("activity");
-        assert_eq!(stale, 0, "round {round}: a connection was left inside a transaction");
+        // A connection the pool closed because it was inside a transaction has been sent
+        // `Terminate`, but its backend shows as idle in transaction until it has exited (a few
+        // milliseconds); one the pool kept would stay so for ever.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let stale: i64 = sqlx::query_scalar(
+                "select count(*) from pg_stat_activity where datname = $1 and state like 'idle in transaction%'",
+            )
+            .bind(&database_name)
+            .fetch_one(&admin)
+            .await
+            .expect("activity");
+            if stale == 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: a pooled connection was left inside a transaction"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
         // And every operation works on the pool afterwards.
         let hits = store.search(&query("t", "u", None), &unit([1.0, 0.0, 0.0, 0.0]), 3, 0.0).await.expect("search");
         assert_eq!(hits.len(), 3, "round {round}");
