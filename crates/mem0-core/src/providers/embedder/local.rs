@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config, DTYPE};
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokenizers::{Tokenizer, TruncationParams};
 
 use super::Embedder;
 use crate::error::{ProviderError, ProviderErrorKind, Result};
@@ -19,8 +19,14 @@ const MODEL_ID: &str = "all-MiniLM-L6-v2";
 const PROVIDER: &str = "local-embedder";
 /// Longest input, in tokens including `[CLS]` and `[SEP]`; longer texts are truncated.
 const MAX_TOKENS: usize = 256;
-/// Most texts run through the model in one forward pass, to bound memory.
+/// Most texts run through the model in one forward pass.
 const MAX_TEXTS_PER_PASS: usize = 32;
+/// Most tokens (texts × padded width) in one forward pass, which bounds the memory a pass holds
+/// however long its texts are (see the `long_turns` benchmark for the measured peak).
+const MAX_TOKENS_PER_PASS: usize = 2_048;
+/// Texts of up to this many tokens share a pass whatever their lengths (padding them costs less
+/// than another pass); longer ones share a pass only with texts at least half as long.
+const SHORT_TOKENS: usize = 16;
 /// Files the model directory must hold.
 const CONFIG_FILE: &str = "config.json";
 const TOKENIZER_FILE: &str = "tokenizer.json";
@@ -40,6 +46,13 @@ struct Inner {
     tokenizer: Tokenizer,
     device: Device,
     dimension: usize,
+    /// Token and type ids that fill a text up to the width of its pass.
+    pad_id: u32,
+    pad_type_id: u32,
+    /// Forward passes running at once: one per core, at most four. Each pass already spreads its
+    /// matrix products over the cores; more at once would only add memory (each holds its
+    /// activations, up to [`MAX_TOKENS_PER_PASS`] tokens' worth) and contention.
+    passes: tokio::sync::Semaphore,
 }
 
 impl fmt::Debug for LocalEmbedder {
@@ -70,12 +83,10 @@ impl LocalEmbedder {
         let mut tokenizer = Tokenizer::from_file(&tokenizer_path)
             .map_err(|error| config_error(&tokenizer_path, "is not a valid tokenizer", error))?;
         // The shipped tokenizer pads every input to a fixed 128 tokens and truncates there;
-        // pad only to the longest text of each batch instead, and allow longer inputs.
-        let padding = PaddingParams {
-            strategy: PaddingStrategy::BatchLongest,
-            ..tokenizer.get_padding().cloned().unwrap_or_default()
-        };
-        tokenizer.with_padding(Some(padding));
+        // texts are grouped by length and padded per forward pass instead (`plan_passes`), and
+        // longer inputs are allowed.
+        let padding = tokenizer.get_padding().cloned().unwrap_or_default();
+        tokenizer.with_padding(None);
         let truncation = TruncationParams {
             max_length: MAX_TOKENS.min(config.max_position_embeddings),
             ..TruncationParams::default()
@@ -91,7 +102,18 @@ impl LocalEmbedder {
         let model = BertModel::load(weights, &config)
             .map_err(|error| config_error(&weights_path, "does not match config.json", error))?;
 
-        Ok(Self { inner: Arc::new(Inner { model, tokenizer, device, dimension: config.hidden_size }) })
+        let passes = std::thread::available_parallelism().map_or(1, |cores| cores.get().min(4));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                model,
+                tokenizer,
+                device,
+                dimension: config.hidden_size,
+                pad_id: padding.pad_id,
+                pad_type_id: padding.pad_type_id,
+                passes: tokio::sync::Semaphore::new(passes),
+            }),
+        })
     }
 }
 
@@ -111,40 +133,76 @@ impl Embedder for LocalEmbedder {
         }
         let inner = Arc::clone(&self.inner);
         let texts = texts.to_vec();
-        tokio::task::spawn_blocking(move || {
-            let mut vectors = Vec::with_capacity(texts.len());
-            for chunk in texts.chunks(MAX_TEXTS_PER_PASS) {
-                vectors.extend(inner.embed_chunk(chunk)?);
-            }
-            Ok(vectors)
-        })
-        .await
-        .map_err(|error| bad_response("embedding task failed", error))?
+        // A permit per call, not per pass: a call's passes run back to back on the cores.
+        let _permit =
+            self.inner.passes.acquire().await.map_err(|error| bad_response("embedding task failed", error))?;
+        tokio::task::spawn_blocking(move || inner.embed_all(&texts))
+            .await
+            .map_err(|error| bad_response("embedding task failed", error))?
     }
 }
 
+/// Splits texts into forward passes: each pass holds texts of similar length (indices into the
+/// input, shortest first), so that a short text never pays for a long one's padding: a memory of
+/// 256 tokens and the twenty entity names found in it cost one long pass and one short one, not
+/// twenty-one long ones. Passes hold at most [`MAX_TEXTS_PER_PASS`] texts and
+/// [`MAX_TOKENS_PER_PASS`] padded tokens.
+fn plan_passes(lengths: &[usize]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by_key(|&index| lengths[index]);
+    let mut passes: Vec<Vec<usize>> = Vec::new();
+    let mut shortest = 0;
+    for index in order {
+        let length = lengths[index];
+        let fits = passes.last().is_some_and(|pass| {
+            pass.len() < MAX_TEXTS_PER_PASS
+                && (pass.len() + 1) * length <= MAX_TOKENS_PER_PASS
+                && length <= (2 * shortest).max(SHORT_TOKENS)
+        });
+        if fits {
+            passes.last_mut().expect("a pass").push(index);
+        } else {
+            shortest = length;
+            passes.push(vec![index]);
+        }
+    }
+    passes
+}
+
 impl Inner {
-    /// Embeds at most [`MAX_TEXTS_PER_PASS`] texts in one forward pass.
-    fn embed_chunk(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, ProviderError> {
+    /// Embeds every text, in passes of similar length, and returns the vectors in input order.
+    fn embed_all(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, ProviderError> {
         let inputs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let encodings =
             self.tokenizer.encode_batch(inputs, true).map_err(|error| bad_response("tokenization failed", error))?;
-
-        let rows = encodings.len();
-        let width = encodings.first().map_or(0, |encoding| encoding.len());
-        let mut ids = Vec::with_capacity(rows * width);
-        let mut type_ids = Vec::with_capacity(rows * width);
-        let mut mask = Vec::with_capacity(rows * width);
-        for encoding in &encodings {
-            if encoding.len() != width {
-                return Err(bad_response("tokenization failed", "encodings of one batch differ in length"));
+        let lengths: Vec<usize> = encodings.iter().map(tokenizers::Encoding::len).collect();
+        let mut vectors: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
+        for pass in plan_passes(&lengths) {
+            let width = pass.iter().map(|&index| lengths[index]).max().unwrap_or(0);
+            let rows = pass.len();
+            let mut ids = Vec::with_capacity(rows * width);
+            let mut type_ids = Vec::with_capacity(rows * width);
+            let mut mask = Vec::with_capacity(rows * width);
+            for &index in &pass {
+                let encoding = &encodings[index];
+                let padding = width - encoding.len();
+                ids.extend(encoding.get_ids().iter().copied().chain(std::iter::repeat_n(self.pad_id, padding)));
+                type_ids.extend(
+                    encoding.get_type_ids().iter().copied().chain(std::iter::repeat_n(self.pad_type_id, padding)),
+                );
+                mask.extend(encoding.get_attention_mask().iter().copied().chain(std::iter::repeat_n(0, padding)));
             }
-            ids.extend_from_slice(encoding.get_ids());
-            type_ids.extend_from_slice(encoding.get_type_ids());
-            mask.extend_from_slice(encoding.get_attention_mask());
+            let pass_vectors = self
+                .forward(ids, type_ids, mask, (rows, width))
+                .map_err(|error| bad_response("inference failed", error))?;
+            for (index, vector) in pass.into_iter().zip(pass_vectors) {
+                vectors[index] = Some(vector);
+            }
         }
-
-        self.forward(ids, type_ids, mask, (rows, width)).map_err(|error| bad_response("inference failed", error))
+        vectors
+            .into_iter()
+            .map(|vector| vector.ok_or_else(|| bad_response("inference failed", "a text was not embedded")))
+            .collect()
     }
 
     /// Runs BERT on a padded batch, then mean-pools over real tokens and L2-normalises.
@@ -273,6 +331,46 @@ mod tests {
         assert_eq!(vectors.len(), texts.len());
         let last = embedder.embed(&texts[texts.len() - 1]).await.expect("embeds one");
         assert!(cosine(&last, &vectors[texts.len() - 1]) > 0.9999);
+    }
+
+    #[test]
+    fn passes_group_texts_of_similar_length() {
+        // A long memory text and the short entity names found in it: one long pass, one short.
+        let mut lengths = vec![256];
+        lengths.extend([4, 6, 3, 9, 5, 7, 4, 8, 6, 5]);
+        let passes = plan_passes(&lengths);
+        assert_eq!(passes.len(), 2, "{passes:?}");
+        assert_eq!(passes[1], vec![0]);
+        // Lengths more than twice apart go to separate passes; every index appears once.
+        let lengths = [40, 100, 45, 30, 250, 90, 20, 120];
+        let passes = plan_passes(&lengths);
+        let mut seen: Vec<usize> = passes.iter().flatten().copied().collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..lengths.len()).collect::<Vec<_>>());
+        for pass in &passes {
+            let shortest = pass.iter().map(|&index| lengths[index]).min().expect("non-empty");
+            let longest = pass.iter().map(|&index| lengths[index]).max().expect("non-empty");
+            assert!(longest <= (2 * shortest).max(SHORT_TOKENS), "{pass:?}");
+        }
+        // Bounds: texts and padded tokens per pass.
+        let passes = plan_passes(&[200; 40]);
+        assert!(passes.iter().all(|pass| pass.len() * 200 <= MAX_TOKENS_PER_PASS), "{passes:?}");
+        let passes = plan_passes(&[3; 100]);
+        assert!(passes.iter().all(|pass| pass.len() <= MAX_TEXTS_PER_PASS), "{passes:?}");
+        assert!(plan_passes(&[]).is_empty());
+    }
+
+    #[tokio::test]
+    async fn mixed_lengths_come_back_in_input_order() {
+        let long = "Maria moved to Lisbon in March and now works at the Riverside Clinic as a nurse. ".repeat(30);
+        let texts = strings(&["Lisbon", &long, "Maria", "Riverside Clinic", "", &long[..400], "March"]);
+        let embedder = embedder();
+        let batch = embedder.embed_batch(&texts).await.expect("embeds batch");
+        assert_eq!(batch.len(), texts.len());
+        for (text, batched) in texts.iter().zip(&batch) {
+            let alone = embedder.embed(text).await.expect("embeds one");
+            assert!(cosine(&alone, batched) > 0.9999, "text {:?}", &text[..text.len().min(30)]);
+        }
     }
 
     #[tokio::test]
