@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::api_keys::ApiKeys;
 use crate::error::{Error, Result};
 use crate::scope::Scope;
-use crate::store::JournalEntry;
+use crate::store::{JournalEntry, WriteTurns};
 use crate::types::{HistoryEvent, HistoryRecord, Message};
 
 /// The migrations of the history volume (`migrations/sqlite/history`).
@@ -106,6 +106,7 @@ impl Pending {
 #[derive(Debug, Clone)]
 pub struct HistoryStore {
     pool: SqlitePool,
+    turns: WriteTurns,
 }
 
 impl HistoryStore {
@@ -115,7 +116,7 @@ impl HistoryStore {
     /// [`Error::StoreUnavailable`] when it cannot be opened.
     pub async fn open(path: &Path) -> Result<Self> {
         let pool = crate::store::open_sqlite(path, &MIGRATOR).await?;
-        Ok(Self { pool })
+        Ok(Self { pool, turns: WriteTurns::default() })
     }
 
     /// Returns the API key store, which lives in the same volume.
@@ -125,7 +126,7 @@ impl HistoryStore {
 
     /// Returns the request log, which lives in the same volume.
     pub fn request_log(&self) -> RequestLog {
-        RequestLog::new(self.pool.clone())
+        RequestLog::new(self.pool.clone(), self.turns.clone())
     }
 
     /// Delivers history entries and buffered conversation messages in one transaction, then
@@ -135,7 +136,7 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`]; nothing is written then.
     pub async fn deliver(&self, records: &[HistoryRecord], buffered: &[BufferedMessages]) -> Result<()> {
-        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut transaction = self.turns.begin(&self.pool).await?;
         for record in records {
             sqlx::query(
                 "insert or ignore into history (id, tenant, memory_id, user_id, agent_id, run_id, old_memory, \
@@ -268,7 +269,7 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn reset(&self, tenant: Option<&str>) -> Result<()> {
-        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut transaction = self.turns.begin(&self.pool).await?;
         for table in ["history", "messages"] {
             match tenant {
                 Some(tenant) => {

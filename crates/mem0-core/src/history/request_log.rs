@@ -6,6 +6,7 @@ use serde::Serialize;
 use sqlx::{Row, SqlitePool};
 
 use crate::error::Result;
+use crate::store::WriteTurns;
 
 /// One handled request, as kept in the request log.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -33,11 +34,12 @@ pub struct RequestLogEntry {
 #[derive(Debug, Clone)]
 pub struct RequestLog {
     pool: SqlitePool,
+    turns: WriteTurns,
 }
 
 impl RequestLog {
-    pub(super) fn new(pool: SqlitePool) -> Self {
-        Self { pool }
+    pub(super) fn new(pool: SqlitePool, turns: WriteTurns) -> Self {
+        Self { pool, turns }
     }
 
     /// Appends request log entries in one transaction.
@@ -45,7 +47,7 @@ impl RequestLog {
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn append(&self, entries: &[RequestLogEntry]) -> Result<()> {
-        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut transaction = self.turns.begin(&self.pool).await?;
         for entry in entries {
             sqlx::query(
                 "insert into request_log (at, method, route, status, latency_ms, principal_id, tenant) \

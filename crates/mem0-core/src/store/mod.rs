@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 pub use self::pgvector::{ImportReport, PgVectorConfig, PgVectorStore, MIGRATOR};
-pub(crate) use sqlite::open_sqlite;
+pub(crate) use sqlite::{open_sqlite, WriteTurns};
 pub use sqlite::{SqliteStore, DEFAULT_VECTOR_CACHE_ENTRIES};
 
 use crate::error::{Error, Result};

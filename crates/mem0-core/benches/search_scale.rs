@@ -1,0 +1,408 @@
+//! Benchmark of search as a user's history grows: one user with 100, 1,000 and 10,000 memories,
+//! dense and hybrid search at 1, 4 and 16 concurrent callers, on SQLite and (when `DATABASE_URL`
+//! is set) Postgres + pgvector; for pgvector also the raw KNN statement on the same table as the
+//! floor. Reports req/s, p50/p99 and the CPU each search costs: this process (from
+//! `/proc/self/stat`) plus, for Postgres, every `postgres` process on the machine (so run it on
+//! a Postgres that nothing else uses, e.g. `eval "$(scripts/pg-up.sh /tmp/pg)"`).
+//!
+//! The embedder is a stand-in for a remote one at zero cost (hashed bag of words, 384-d), so the
+//! figures are the server's and the database's own work; the local MiniLM's cost per query is
+//! measured by the `embedded` and `long_turns` benchmarks.
+//!
+//! After the searches at each size, four writers add 2,000 one-message memories verbatim into
+//! the same scope (p50/p99/max per add, and the size of the SQLite write-ahead logs after).
+//!
+//! Run: `cargo bench -p mem0-core --bench search_scale` (env `BENCH_SCALES`, default
+//! `100,1000,10000`; `BENCH_STORES`, default `sqlite,pgvector`; `BENCH_REQUESTS` per cell,
+//! default 400).
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use mem0_core::error::ProviderError;
+use mem0_core::history::HistoryStore;
+use mem0_core::memory::SearchMode;
+use mem0_core::providers::embedder::Embedder;
+use mem0_core::store::{PgVectorConfig, PgVectorStore, SqliteStore, VectorStore};
+use mem0_core::{AddRequest, Caller, Memory, Message, Scope, SearchRequest};
+use uuid::Uuid;
+
+const DIM: usize = 384;
+/// Messages per verbatim add while loading.
+const LOAD_BATCH: usize = 50;
+
+const PEOPLE: &[&str] = &["Maria", "Tom", "Aiko", "Priya", "Lars", "Fatima", "Jonas", "Chloe", "Omar", "Yuki"];
+const PLACES: &[&str] = &["Lisbon", "Portland", "Osaka", "Nairobi", "Valparaiso", "Edinburgh", "Bergen", "Hanoi"];
+const VERBS: &[&str] = &["likes", "visited", "is learning", "works on", "cooked", "bought", "recommended", "dislikes"];
+const OBJECTS: &[&str] = &[
+    "sourdough bread",
+    "the violin",
+    "a road bike",
+    "Rust programming",
+    "Thai curry",
+    "marathon training",
+    "oil painting",
+    "the jazz festival",
+    "a vintage camera",
+    "rock climbing",
+    "Italian lessons",
+    "the chess club",
+];
+
+/// Hashed bag of words: texts sharing words get close vectors, at no model cost.
+#[derive(Debug)]
+struct StubEmbedder;
+
+#[async_trait]
+impl Embedder for StubEmbedder {
+    fn dimension(&self) -> usize {
+        DIM
+    }
+
+    fn model_id(&self) -> &str {
+        "stub-bag-of-words"
+    }
+
+    async fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, ProviderError> {
+        Ok(texts
+            .iter()
+            .map(|text| {
+                let mut vector = vec![0.0_f32; DIM];
+                for word in text.split(|c: char| !c.is_alphanumeric()).filter(|word| !word.is_empty()) {
+                    let mut hasher = DefaultHasher::new();
+                    word.to_lowercase().hash(&mut hasher);
+                    let hash = hasher.finish();
+                    vector[(hash % DIM as u64) as usize] += 1.0;
+                    vector[((hash >> 20) % DIM as u64) as usize] += 0.5;
+                }
+                vector[0] += 0.01;
+                let norm = vector.iter().map(|v| v * v).sum::<f32>().sqrt();
+                vector.into_iter().map(|v| v / norm).collect()
+            })
+            .collect())
+    }
+}
+
+/// A small deterministic generator (xorshift), so runs are comparable.
+struct Rng(u64);
+
+impl Rng {
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        items[(self.0 >> 33) as usize % items.len()]
+    }
+
+    fn fact(&mut self, index: usize) -> String {
+        format!(
+            "{} {} {} in {} (note {index})",
+            self.pick(PEOPLE),
+            self.pick(VERBS),
+            self.pick(OBJECTS),
+            self.pick(PLACES)
+        )
+    }
+
+    fn question(&mut self) -> String {
+        format!("What does {} think about {} in {}?", self.pick(PEOPLE), self.pick(OBJECTS), self.pick(PLACES))
+    }
+}
+
+/// CPU seconds (user + system) of the processes whose `/proc/<pid>/stat` passes `select`.
+fn cpu_seconds(select: impl Fn(u32, &str) -> bool) -> f64 {
+    let ticks_per_second = 100.0; // USER_HZ on Linux
+    let mut total = 0_u64;
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0.0 };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some((head, tail)) = stat.rsplit_once(')') else { continue };
+        let name = head.split_once('(').map_or("", |(_, name)| name);
+        if !select(pid, name) {
+            continue;
+        }
+        let fields: Vec<&str> = tail.split_whitespace().collect();
+        // After the name: state is field 3, utime 14 and stime 15 (1-based in proc(5)).
+        if let (Some(user), Some(system)) = (fields.get(11), fields.get(12)) {
+            total += user.parse::<u64>().unwrap_or(0) + system.parse::<u64>().unwrap_or(0);
+        }
+    }
+    total as f64 / ticks_per_second
+}
+
+fn own_cpu() -> f64 {
+    let me = std::process::id();
+    cpu_seconds(|pid, _| pid == me)
+}
+
+fn postgres_cpu() -> f64 {
+    cpu_seconds(|_, name| name == "postgres")
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index]
+}
+
+fn scope(user: &str) -> Scope {
+    Scope { user_id: Some(user.to_owned()), agent_id: None, run_id: None }
+}
+
+async fn load(memory: &Memory, caller: &Caller, user: &str, count: usize, rng: &mut Rng) {
+    let mut written = 0;
+    while written < count {
+        let batch = LOAD_BATCH.min(count - written);
+        let messages = (0..batch)
+            .map(|offset| Message { role: "user".to_owned(), content: rng.fact(written + offset), name: None })
+            .collect();
+        let request = AddRequest {
+            scope: scope(user),
+            messages,
+            metadata: serde_json::Map::new(),
+            expiration_date: None,
+            infer: false,
+            memory_type: None,
+            prompt: None,
+            timestamp: None,
+        };
+        memory.add(caller, request).await.expect("add");
+        written += batch;
+    }
+}
+
+/// One cell: `requests` searches spread over `clients` concurrent callers.
+#[allow(clippy::too_many_arguments)]
+async fn run_cell(
+    label: &str,
+    memory: &Memory,
+    caller: &Caller,
+    user: &str,
+    mode: SearchMode,
+    clients: usize,
+    requests: usize,
+    queries: &Arc<Vec<String>>,
+    with_postgres: bool,
+) {
+    let (cpu_before, pg_before) = (own_cpu(), if with_postgres { postgres_cpu() } else { 0.0 });
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            let (memory, caller, queries, user) =
+                (memory.clone(), caller.clone(), Arc::clone(queries), user.to_owned());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                for index in (client..requests).step_by(clients) {
+                    let request = SearchRequest {
+                        scope: scope(&user),
+                        filter: None,
+                        query: queries[index % queries.len()].clone(),
+                        top_k: 10,
+                        threshold: 0.0,
+                        show_expired: false,
+                        mode,
+                        explain: false,
+                        rerank: false,
+                    };
+                    let started = Instant::now();
+                    let outcome = memory.search(&caller, request).await.expect("search");
+                    latencies.push(started.elapsed());
+                    assert!(!outcome.results.is_empty(), "a search found nothing");
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.expect("client"));
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let server = (own_cpu() - cpu_before) * 1000.0 / latencies.len() as f64;
+    let database = if with_postgres { (postgres_cpu() - pg_before) * 1000.0 / latencies.len() as f64 } else { 0.0 };
+    latencies.sort();
+    println!(
+        "{label:<30} c={clients:<3} {:>8.0} req/s  p50 {:>8.2?}  p99 {:>8.2?}  cpu/search {:>5.2} ms ({:.2} + db {:.2})",
+        latencies.len() as f64 / wall,
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        server + database,
+        server,
+        database
+    );
+}
+
+/// The floor on Postgres: the plain KNN statement over the same user's rows.
+async fn raw_knn(pool: &sqlx::PgPool, user: &str, clients: usize, requests: usize, queries: &[Vec<f32>]) {
+    let (cpu_before, pg_before) = (own_cpu(), postgres_cpu());
+    let started = Instant::now();
+    let queries = Arc::new(queries.to_vec());
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            let (pool, queries, user) = (pool.clone(), Arc::clone(&queries), user.to_owned());
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                for index in (client..requests).step_by(clients) {
+                    let vector = pgvector::Vector::from(queries[index % queries.len()].clone());
+                    let started = Instant::now();
+                    let rows: Vec<(Uuid,)> = sqlx::query_as(
+                        "select id from memories where tenant = 'bench' and user_id = $1 \
+                         order by embedding <=> $2 limit 10",
+                    )
+                    .bind(&user)
+                    .bind(vector)
+                    .fetch_all(&pool)
+                    .await
+                    .expect("knn");
+                    latencies.push(started.elapsed());
+                    assert!(!rows.is_empty());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.expect("client"));
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let server = (own_cpu() - cpu_before) * 1000.0 / latencies.len() as f64;
+    let database = (postgres_cpu() - pg_before) * 1000.0 / latencies.len() as f64;
+    latencies.sort();
+    println!(
+        "{:<30} c={clients:<3} {:>8.0} req/s  p50 {:>8.2?}  p99 {:>8.2?}  cpu/search {:>5.2} ms ({:.2} + db {:.2})",
+        "raw pgvector KNN (floor)",
+        latencies.len() as f64 / wall,
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        server + database,
+        server,
+        database
+    );
+}
+
+/// Verbatim adds of one short message from `clients` concurrent writers into a scope that
+/// already holds many memories: the write tail (checkpoints, lock waits) shows in p99.
+async fn write_cell(label: &str, memory: &Memory, caller: &Caller, user: &str, clients: usize, wal: &[PathBuf]) {
+    let writes = 2_000;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            let (memory, caller, user) = (memory.clone(), caller.clone(), user.to_owned());
+            tokio::spawn(async move {
+                let mut rng = Rng(0x1234_5678 + client as u64);
+                let mut latencies = Vec::new();
+                for index in (client..writes).step_by(clients) {
+                    let request = AddRequest {
+                        scope: scope(&user),
+                        messages: vec![Message { role: "user".to_owned(), content: rng.fact(index), name: None }],
+                        metadata: serde_json::Map::new(),
+                        expiration_date: None,
+                        infer: false,
+                        memory_type: None,
+                        prompt: None,
+                        timestamp: None,
+                    };
+                    let started = Instant::now();
+                    memory.add(&caller, request).await.expect("add");
+                    latencies.push(started.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.expect("writer"));
+    }
+    let wall = started.elapsed().as_secs_f64();
+    latencies.sort();
+    let wal_mb: Vec<String> = wal
+        .iter()
+        .map(|path| {
+            let bytes = std::fs::metadata(path).map_or(0, |meta| meta.len());
+            format!("{} {:.1} MB", path.file_name().unwrap_or_default().to_string_lossy(), bytes as f64 / 1e6)
+        })
+        .collect();
+    println!(
+        "{label:<30} c={clients:<3} {:>8.0} adds/s p50 {:>8.2?}  p99 {:>8.2?}  max {:>8.2?}  {}",
+        latencies.len() as f64 / wall,
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        latencies[latencies.len() - 1],
+        wal_mb.join(", ")
+    );
+}
+
+async fn bench_store(
+    name: &str,
+    store: Arc<dyn VectorStore>,
+    history: HistoryStore,
+    pool: Option<sqlx::PgPool>,
+    wal: &[PathBuf],
+) {
+    let scales: Vec<usize> = std::env::var("BENCH_SCALES")
+        .unwrap_or_else(|_| "100,1000,10000".to_owned())
+        .split(',')
+        .filter_map(|value| value.trim().parse().ok())
+        .collect();
+    let requests: usize = std::env::var("BENCH_REQUESTS").ok().and_then(|value| value.parse().ok()).unwrap_or(400);
+    let memory = Memory::new(store, history, Arc::new(StubEmbedder)).await.expect("memory");
+    let caller = Caller::local_admin("bench");
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let queries: Arc<Vec<String>> = Arc::new((0..200).map(|_| rng.question()).collect());
+    let vectors = StubEmbedder.embed_batch(&queries).await.expect("embed");
+    for &count in &scales {
+        let user = format!("user-{count}");
+        let started = Instant::now();
+        load(&memory, &caller, &user, count, &mut rng).await;
+        println!("\n{name}: {count} memories for one user (loaded in {:.1?})", started.elapsed());
+        for mode in [SearchMode::Dense, SearchMode::Hybrid] {
+            for clients in [1, 4, 16] {
+                let label = format!("{name} {count} {}", if mode == SearchMode::Dense { "dense" } else { "hybrid" });
+                run_cell(&label, &memory, &caller, &user, mode, clients, requests, &queries, pool.is_some()).await;
+            }
+        }
+        if let Some(pool) = &pool {
+            for clients in [1, 4, 16] {
+                raw_knn(pool, &user, clients, requests, &vectors).await;
+            }
+        }
+        write_cell(&format!("{name} {count} verbatim adds"), &memory, &caller, &user, 4, wal).await;
+    }
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let stores = std::env::var("BENCH_STORES").unwrap_or_else(|_| "sqlite,pgvector".into());
+    let dir = tempfile::tempdir().expect("temp dir");
+    if stores.contains("sqlite") {
+        let store = SqliteStore::open(&dir.path().join("memories.db")).await.expect("open");
+        let history = HistoryStore::open(&dir.path().join("history-sqlite.db")).await.expect("history");
+        let wal = [dir.path().join("memories.db-wal"), dir.path().join("history-sqlite.db-wal")];
+        bench_store("sqlite", Arc::new(store), history, None, &wal).await;
+    }
+    if stores.contains("pgvector") {
+        match std::env::var("DATABASE_URL") {
+            Err(_) => println!("pgvector: skipped (set DATABASE_URL, e.g. eval \"$(scripts/pg-up.sh /tmp/pg)\")"),
+            Ok(admin_url) => {
+                let name = format!("mem0_bench_{}", Uuid::new_v4().simple());
+                let admin = sqlx::PgPool::connect(&admin_url).await.expect("connect");
+                sqlx::query(&format!("create database {name}")).execute(&admin).await.expect("create database");
+                let url = format!("{}/{name}", admin_url.rsplit_once('/').expect("url").0);
+                let store = PgVectorStore::connect(&url, &PgVectorConfig::default()).await.expect("connect");
+                let pool = store.pool().clone();
+                let history = HistoryStore::open(&dir.path().join("history-pg.db")).await.expect("history");
+                let wal = [dir.path().join("history-pg.db-wal")];
+                bench_store("pgvector", Arc::new(store), history, Some(pool), &wal).await;
+                admin.close().await;
+                let admin = sqlx::PgPool::connect(&admin_url).await.expect("connect");
+                let _ = sqlx::query(&format!("drop database {name} with (force)")).execute(&admin).await;
+            }
+        }
+    }
+}
