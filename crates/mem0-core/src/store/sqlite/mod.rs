@@ -566,9 +566,13 @@ impl EntityIndex for SqliteStore {
         let mut hits = Vec::new();
         for chunk in entity_ids.chunks(FETCH_CHUNK) {
             let placeholders = vec!["?"; chunk.len()].join(", ");
+            // Each link probes its memory by primary key: cost grows with the links found, not
+            // with the scope (`memory_id in (select id …)` listed every memory of the scope first:
+            // at 5,000 memories 17–23 ms for 1,067 links, against ~4 ms probing).
             let statement = format!(
-                "select memory_id, entity_id from memory_entity_links where entity_id in ({placeholders}) \
-                 and memory_id in (select id from memories where {sql})"
+                "select l.memory_id, l.entity_id from memory_entity_links l \
+                 cross join memories on memories.id = l.memory_id \
+                 where l.entity_id in ({placeholders}) and ({sql})"
             );
             let mut fetch = sqlx::query(&statement);
             for id in chunk {
