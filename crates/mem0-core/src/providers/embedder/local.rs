@@ -52,7 +52,7 @@ struct Inner {
     /// Forward passes running at once: one per core, at most four. Each pass already spreads its
     /// matrix products over the cores; more at once would only add memory (each holds its
     /// activations, up to [`MAX_TOKENS_PER_PASS`] tokens' worth) and contention.
-    passes: tokio::sync::Semaphore,
+    passes: Arc<tokio::sync::Semaphore>,
 }
 
 impl fmt::Debug for LocalEmbedder {
@@ -111,7 +111,7 @@ impl LocalEmbedder {
                 dimension: config.hidden_size,
                 pad_id: padding.pad_id,
                 pad_type_id: padding.pad_type_id,
-                passes: tokio::sync::Semaphore::new(passes),
+                passes: Arc::new(tokio::sync::Semaphore::new(passes)),
             }),
         })
     }
@@ -133,12 +133,20 @@ impl Embedder for LocalEmbedder {
         }
         let inner = Arc::clone(&self.inner);
         let texts = texts.to_vec();
-        // A permit per call, not per pass: a call's passes run back to back on the cores.
-        let _permit =
-            self.inner.passes.acquire().await.map_err(|error| bad_response("embedding task failed", error))?;
-        tokio::task::spawn_blocking(move || inner.embed_all(&texts))
+        // A permit per call, not per pass: a call's passes run back to back on the cores. The
+        // blocking task owns it, so a caller that gives up (a client that hangs up) does not free
+        // its slot while its passes still run.
+        let permit = Arc::clone(&self.inner.passes)
+            .acquire_owned()
             .await
-            .map_err(|error| bad_response("embedding task failed", error))?
+            .map_err(|error| bad_response("embedding task failed", error))?;
+        tokio::task::spawn_blocking(move || {
+            let vectors = inner.embed_all(&texts);
+            drop(permit);
+            vectors
+        })
+        .await
+        .map_err(|error| bad_response("embedding task failed", error))?
     }
 }
 
