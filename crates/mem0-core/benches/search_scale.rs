@@ -17,6 +17,7 @@
 //! default 400).
 
 use std::collections::hash_map::DefaultHasher;
+use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -153,29 +154,84 @@ fn scope(user: &str) -> Scope {
     Scope { user_id: Some(user.to_owned()), agent_id: None, run_id: None }
 }
 
+/// A verbatim add of one user message per text.
+fn verbatim(user: &str, texts: Vec<String>) -> AddRequest {
+    AddRequest {
+        scope: scope(user),
+        messages: texts.into_iter().map(|content| Message { role: "user".to_owned(), content, name: None }).collect(),
+        metadata: serde_json::Map::new(),
+        expiration_date: None,
+        infer: false,
+        memory_type: None,
+        prompt: None,
+        timestamp: None,
+    }
+}
+
 async fn load(memory: &Memory, caller: &Caller, user: &str, count: usize, rng: &mut Rng) {
     let mut written = 0;
     while written < count {
         let batch = LOAD_BATCH.min(count - written);
-        let messages = (0..batch)
-            .map(|offset| Message { role: "user".to_owned(), content: rng.fact(written + offset), name: None })
-            .collect();
-        let request = AddRequest {
-            scope: scope(user),
-            messages,
-            metadata: serde_json::Map::new(),
-            expiration_date: None,
-            infer: false,
-            memory_type: None,
-            prompt: None,
-            timestamp: None,
-        };
-        memory.add(caller, request).await.expect("add");
+        let texts = (0..batch).map(|offset| rng.fact(written + offset)).collect();
+        memory.add(caller, verbatim(user, texts)).await.expect("add");
         written += batch;
     }
 }
 
-/// One cell: `requests` searches spread over `clients` concurrent callers.
+/// Runs `requests` operations spread over `clients` concurrent tasks (`operation(index)` runs
+/// request number `index`); returns the sorted latencies and the wall time in seconds.
+async fn drive<F, Fut>(clients: usize, requests: usize, operation: F) -> (Vec<Duration>, f64)
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|client| {
+            let operation = operation.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                for index in (client..requests).step_by(clients) {
+                    let started = Instant::now();
+                    operation(index).await;
+                    latencies.push(started.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.expect("client"));
+    }
+    latencies.sort();
+    (latencies, started.elapsed().as_secs_f64())
+}
+
+/// Searches of one cell: `requests` spread over `clients` concurrent callers, with the CPU they
+/// cost this process and (`with_postgres`) the database.
+async fn search_cell<F, Fut>(label: &str, clients: usize, requests: usize, with_postgres: bool, operation: F)
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let (cpu_before, pg_before) = (own_cpu(), if with_postgres { postgres_cpu() } else { 0.0 });
+    let (latencies, wall) = drive(clients, requests, operation).await;
+    let per_search = |seconds: f64| seconds * 1000.0 / latencies.len() as f64;
+    let server = per_search(own_cpu() - cpu_before);
+    let database = if with_postgres { per_search(postgres_cpu() - pg_before) } else { 0.0 };
+    println!(
+        "{label:<30} c={clients:<3} {:>8.0} req/s  p50 {:>8.2?}  p99 {:>8.2?}  cpu/search {:>5.2} ms ({:.2} + db {:.2})",
+        latencies.len() as f64 / wall,
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        server + database,
+        server,
+        database
+    );
+}
+
+/// Searches through the service.
 #[allow(clippy::too_many_arguments)]
 async fn run_cell(
     label: &str,
@@ -188,139 +244,61 @@ async fn run_cell(
     queries: &Arc<Vec<String>>,
     with_postgres: bool,
 ) {
-    let (cpu_before, pg_before) = (own_cpu(), if with_postgres { postgres_cpu() } else { 0.0 });
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|client| {
-            let (memory, caller, queries, user) =
-                (memory.clone(), caller.clone(), Arc::clone(queries), user.to_owned());
-            tokio::spawn(async move {
-                let mut latencies = Vec::new();
-                for index in (client..requests).step_by(clients) {
-                    let request = SearchRequest {
-                        scope: scope(&user),
-                        filter: None,
-                        query: queries[index % queries.len()].clone(),
-                        top_k: 10,
-                        threshold: 0.0,
-                        show_expired: false,
-                        mode,
-                        explain: false,
-                        rerank: false,
-                    };
-                    let started = Instant::now();
-                    let outcome = memory.search(&caller, request).await.expect("search");
-                    latencies.push(started.elapsed());
-                    assert!(!outcome.results.is_empty(), "a search found nothing");
-                }
-                latencies
-            })
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await.expect("client"));
-    }
-    let wall = started.elapsed().as_secs_f64();
-    let server = (own_cpu() - cpu_before) * 1000.0 / latencies.len() as f64;
-    let database = if with_postgres { (postgres_cpu() - pg_before) * 1000.0 / latencies.len() as f64 } else { 0.0 };
-    latencies.sort();
-    println!(
-        "{label:<30} c={clients:<3} {:>8.0} req/s  p50 {:>8.2?}  p99 {:>8.2?}  cpu/search {:>5.2} ms ({:.2} + db {:.2})",
-        latencies.len() as f64 / wall,
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-        server + database,
-        server,
-        database
-    );
+    let (memory, caller, queries, user) = (memory.clone(), caller.clone(), Arc::clone(queries), user.to_owned());
+    search_cell(label, clients, requests, with_postgres, move |index| {
+        let (memory, caller) = (memory.clone(), caller.clone());
+        let request = SearchRequest {
+            scope: scope(&user),
+            filter: None,
+            query: queries[index % queries.len()].clone(),
+            top_k: 10,
+            threshold: 0.0,
+            show_expired: false,
+            mode,
+            explain: false,
+            rerank: false,
+        };
+        async move {
+            let outcome = memory.search(&caller, request).await.expect("search");
+            assert!(!outcome.results.is_empty(), "a search found nothing");
+        }
+    })
+    .await;
 }
 
 /// The floor on Postgres: the plain KNN statement over the same user's rows.
 async fn raw_knn(pool: &sqlx::PgPool, user: &str, clients: usize, requests: usize, queries: &[Vec<f32>]) {
-    let (cpu_before, pg_before) = (own_cpu(), postgres_cpu());
-    let started = Instant::now();
-    let queries = Arc::new(queries.to_vec());
-    let tasks: Vec<_> = (0..clients)
-        .map(|client| {
-            let (pool, queries, user) = (pool.clone(), Arc::clone(&queries), user.to_owned());
-            tokio::spawn(async move {
-                let mut latencies = Vec::new();
-                for index in (client..requests).step_by(clients) {
-                    let vector = pgvector::Vector::from(queries[index % queries.len()].clone());
-                    let started = Instant::now();
-                    let rows: Vec<(Uuid,)> = sqlx::query_as(
-                        "select id from memories where tenant = 'bench' and user_id = $1 \
-                         order by embedding <=> $2 limit 10",
-                    )
-                    .bind(&user)
-                    .bind(vector)
-                    .fetch_all(&pool)
-                    .await
-                    .expect("knn");
-                    latencies.push(started.elapsed());
-                    assert!(!rows.is_empty());
-                }
-                latencies
-            })
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await.expect("client"));
-    }
-    let wall = started.elapsed().as_secs_f64();
-    let server = (own_cpu() - cpu_before) * 1000.0 / latencies.len() as f64;
-    let database = (postgres_cpu() - pg_before) * 1000.0 / latencies.len() as f64;
-    latencies.sort();
-    println!(
-        "{:<30} c={clients:<3} {:>8.0} req/s  p50 {:>8.2?}  p99 {:>8.2?}  cpu/search {:>5.2} ms ({:.2} + db {:.2})",
-        "raw pgvector KNN (floor)",
-        latencies.len() as f64 / wall,
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-        server + database,
-        server,
-        database
-    );
+    let (pool, queries, user) = (pool.clone(), Arc::new(queries.to_vec()), user.to_owned());
+    search_cell("raw pgvector KNN (floor)", clients, requests, true, move |index| {
+        let (pool, user) = (pool.clone(), user.clone());
+        let vector = pgvector::Vector::from(queries[index % queries.len()].clone());
+        async move {
+            let rows: Vec<(Uuid,)> = sqlx::query_as(
+                "select id from memories where tenant = 'bench' and user_id = $1 order by embedding <=> $2 limit 10",
+            )
+            .bind(&user)
+            .bind(vector)
+            .fetch_all(&pool)
+            .await
+            .expect("knn");
+            assert!(!rows.is_empty());
+        }
+    })
+    .await;
 }
 
 /// Verbatim adds of one short message from `clients` concurrent writers into a scope that
 /// already holds many memories: the write tail (checkpoints, lock waits) shows in p99.
 async fn write_cell(label: &str, memory: &Memory, caller: &Caller, user: &str, clients: usize, wal: &[PathBuf]) {
-    let writes = 2_000;
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|client| {
-            let (memory, caller, user) = (memory.clone(), caller.clone(), user.to_owned());
-            tokio::spawn(async move {
-                let mut rng = Rng(0x1234_5678 + client as u64);
-                let mut latencies = Vec::new();
-                for index in (client..writes).step_by(clients) {
-                    let request = AddRequest {
-                        scope: scope(&user),
-                        messages: vec![Message { role: "user".to_owned(), content: rng.fact(index), name: None }],
-                        metadata: serde_json::Map::new(),
-                        expiration_date: None,
-                        infer: false,
-                        memory_type: None,
-                        prompt: None,
-                        timestamp: None,
-                    };
-                    let started = Instant::now();
-                    memory.add(&caller, request).await.expect("add");
-                    latencies.push(started.elapsed());
-                }
-                latencies
-            })
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await.expect("writer"));
-    }
-    let wall = started.elapsed().as_secs_f64();
-    latencies.sort();
+    let (memory, caller, user) = (memory.clone(), caller.clone(), user.to_owned());
+    let (latencies, wall) = drive(clients, 2_000, move |index| {
+        let (memory, caller) = (memory.clone(), caller.clone());
+        let request = verbatim(&user, vec![Rng(0x1234_5678 + index as u64).fact(index)]);
+        async move {
+            memory.add(&caller, request).await.expect("add");
+        }
+    })
+    .await;
     let wal_mb: Vec<String> = wal
         .iter()
         .map(|path| {
