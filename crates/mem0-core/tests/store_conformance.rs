@@ -9,6 +9,7 @@ use std::collections::HashSet;
 
 use chrono::{Duration, NaiveDate, TimeZone, Utc};
 use mem0_core::filter::parse_filter;
+use mem0_core::retrieval::Bm25;
 use mem0_core::scope::Scope;
 use mem0_core::store::{
     EntityHit, EntityLink, EntityProbe, KeywordIndex as _, MemoryRows as _, ScopedQuery, SqliteStore, VectorIndex as _,
@@ -88,6 +89,16 @@ async fn delete_matching<S: VectorStore + ?Sized>(
     let page = store.list(&ScopedQuery { show_expired: true, ..query.clone() }, None, 1000).await?;
     let ids: Vec<Uuid> = page.records.iter().map(|record| record.id).collect();
     Ok(store.apply(&WriteSet::delete(&query.tenant, &ids)).await?.deleted)
+}
+
+/// The memories linked to the probes' entities (every candidate: a limit above the scope's size).
+async fn entity_memories<S: VectorStore + ?Sized>(
+    store: &S,
+    query: &ScopedQuery,
+    probes: &[EntityProbe],
+    threshold: f32,
+) -> mem0_core::Result<Vec<EntityHit>> {
+    Ok(store.entity_candidates(query, probes, threshold, 1000).await?.hits)
 }
 
 fn query(tenant: &str, user: &str, filter: Option<Value>) -> ScopedQuery {
@@ -290,8 +301,10 @@ async fn check_scope_listing(store: &dyn VectorStore) {
     assert_eq!(agents.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), ["agent-1"]);
 }
 
-/// The keyword index follows every write: postings only from the query's scope (tenant, scope,
-/// filter, expiration), term frequencies and lengths as stored, updated and deleted with the row.
+/// The keyword index follows every write: statistics over the scope (tenant and scope ids, every
+/// expiration, no filter), candidates only from the query (scope, expiration, filter), scored in
+/// the store exactly as `Bm25::score_text` scores the memory's text, best first; updated and
+/// deleted with the row.
 async fn check_keyword_index(store: &dyn VectorStore) {
     store.ensure_dimension(DIM, "test").await.expect("dimension");
     let v = unit([1.0, 0.0, 0.0, 0.0]);
@@ -308,46 +321,73 @@ async fn check_keyword_index(store: &dyn VectorStore) {
     let other_user = analysed("peanut", "peanut", "someone-else", json!({}));
     let mut other_tenant = analysed("peanut", "peanut", "u", json!({}));
     other_tenant.tenant = "t2".into();
-    insert(store, &[peanut.clone(), tea.clone(), cjk.clone(), expired.clone(), other_user, other_tenant])
+    let mut agent_only = analysed("peanut", "peanut", "x", json!({}));
+    agent_only.scope = Scope::new(None, Some("agent-1"), None).expect("scope");
+    insert(store, &[peanut.clone(), tea.clone(), cjk.clone(), expired.clone(), other_user, other_tenant, agent_only])
         .await
         .expect("insert");
 
     let terms = ["peanut".to_owned(), "tea".to_owned(), "成都".to_owned(), "missing".to_owned()];
-    let found = store.keyword_postings(&query("t", "u", None), &terms).await.expect("postings");
-    assert_eq!(found.doc_count, 3, "the expired memory and other scopes are not counted");
-    assert!((found.avg_doc_len - 7.0 / 3.0).abs() < 1e-9, "{}", found.avg_doc_len);
-    let mut postings: Vec<(Uuid, String, u32, u32)> =
-        found.postings.iter().map(|p| (p.id, p.term.clone(), p.tf, p.doc_len)).collect();
-    postings.sort();
-    let mut expected = vec![
-        (peanut.id, "peanut".to_owned(), 2, 3),
-        (tea.id, "tea".to_owned(), 1, 2),
-        (cjk.id, "成都".to_owned(), 1, 2),
-    ];
-    expected.sort();
-    assert_eq!(postings, expected);
+    let found = store.keyword_candidates(&query("t", "u", None), &terms, 100).await.expect("keyword");
+    assert_eq!(found.stats.doc_count, 4, "the scope's memories, the expired one included; not other scopes");
+    assert!((found.stats.avg_doc_len - 9.0 / 4.0).abs() < 1e-9, "{}", found.stats.avg_doc_len);
+    let mut df: Vec<(String, u64)> = found.stats.document_frequency.clone().into_iter().collect();
+    df.sort();
+    let mut want = vec![("peanut".to_owned(), 2), ("tea".to_owned(), 1), ("成都".to_owned(), 1)];
+    want.sort();
+    assert_eq!(df, want);
+    let bm25 = Bm25::new(&found.stats, &terms);
+    let texts = [&peanut, &tea, &cjk];
+    let mut expected: Vec<(Uuid, f64)> =
+        texts.iter().map(|record| (record.id, bm25.score_text(&record.text_lemmatized))).collect();
+    expected.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    assert_eq!(found.top.len(), 3, "the expired memory and other scopes are not candidates: {:?}", found.top);
+    for ((id, score), (want_id, want_score)) in found.top.iter().zip(&expected) {
+        assert_eq!(id, want_id, "{:?} vs {expected:?}", found.top);
+        assert!((score - want_score).abs() < 1e-9, "the store's BM25 {score} is the text's {want_score}");
+    }
+    let best = store.keyword_candidates(&query("t", "u", None), &terms, 1).await.expect("keyword");
+    assert_eq!(best.top, found.top[..1].to_vec());
+    let with_expired = ScopedQuery { show_expired: true, ..query("t", "u", None) };
+    let all = store.keyword_candidates(&with_expired, &terms, 100).await.expect("keyword");
+    assert_eq!(all.top.len(), 4);
+    assert!(all.top.iter().any(|(id, _)| *id == expired.id));
+    let agent = ScopedQuery { scope: Scope::new(None, Some("agent-1"), None).expect("scope"), ..query("t", "u", None) };
+    let by_agent = store.keyword_candidates(&agent, &terms, 100).await.expect("keyword");
+    assert_eq!((by_agent.stats.doc_count, by_agent.top.len()), (1, 1), "a scope without user id");
 
-    // Filters narrow the statistics too.
-    let health =
-        store.keyword_postings(&query("t", "u", Some(json!({"kind": "health"}))), &terms).await.expect("postings");
-    assert_eq!(health.doc_count, 1);
-    assert_eq!(health.postings.len(), 1);
+    // Filters choose candidates, not statistics: a memory scores the same whatever finds it.
+    let health = store
+        .keyword_candidates(&query("t", "u", Some(json!({"kind": "health"}))), &terms, 100)
+        .await
+        .expect("keyword");
+    assert_eq!(health.stats, found.stats);
+    let peanut_score = expected.iter().find(|(id, _)| *id == peanut.id).map(|(_, score)| *score).expect("peanut");
+    assert_eq!(health.top.len(), 1);
+    assert_eq!(health.top[0].0, peanut.id);
+    assert!((health.top[0].1 - peanut_score).abs() < 1e-9);
 
-    // Updates re-index, deletes remove.
+    // Updates re-index, deletes remove, statistics follow.
     let mut changed = peanut.clone();
     changed.memory = "likes green tea".into();
-    changed.text_lemmatized = "like green tea".into();
+    changed.text_lemmatized = "like green tea tea".into();
     assert!(update(store, &changed).await.expect("update"));
-    let after = store.keyword_postings(&query("t", "u", None), &terms).await.expect("postings");
-    let mut ids: Vec<(Uuid, String)> = after.postings.iter().map(|p| (p.id, p.term.clone())).collect();
+    let after = store.keyword_candidates(&query("t", "u", None), &terms, 100).await.expect("keyword");
+    assert_eq!(after.stats.doc_count, 4);
+    assert!((after.stats.avg_doc_len - 10.0 / 4.0).abs() < 1e-9, "{}", after.stats.avg_doc_len);
+    assert_eq!(after.stats.document_frequency.get("tea"), Some(&2));
+    assert_eq!(after.stats.document_frequency.get("peanut"), Some(&1), "only the expired memory");
+    let mut ids: Vec<Uuid> = after.top.iter().map(|(id, _)| *id).collect();
     ids.sort();
-    let mut want = vec![(peanut.id, "tea".to_owned()), (tea.id, "tea".to_owned()), (cjk.id, "成都".to_owned())];
+    let mut want = vec![peanut.id, tea.id, cjk.id];
     want.sort();
     assert_eq!(ids, want);
+    let rank = |id: Uuid| after.top.iter().position(|(candidate, _)| *candidate == id);
+    assert!(rank(peanut.id) < rank(tea.id), "tea twice beats tea once: {:?}", after.top);
     delete(store, "t", &[tea.id]).await.expect("delete");
-    let after = store.keyword_postings(&query("t", "u", None), &terms).await.expect("postings");
-    assert_eq!(after.doc_count, 2);
-    assert!(after.postings.iter().all(|p| p.id != tea.id));
+    let after = store.keyword_candidates(&query("t", "u", None), &terms, 100).await.expect("keyword");
+    assert_eq!(after.stats.doc_count, 3);
+    assert!(after.top.iter().all(|(id, _)| *id != tea.id));
 
     let many = store.get_many("t", &[peanut.id, tea.id, cjk.id, Uuid::now_v7()]).await.expect("get_many");
     let mut texts: Vec<String> = many.iter().map(|r| r.memory.clone()).collect();
@@ -355,7 +395,14 @@ async fn check_keyword_index(store: &dyn VectorStore) {
     assert_eq!(texts, ["likes green tea", "去成都出差"]);
     assert_eq!(many.iter().find(|r| r.id == cjk.id).map(|r| r.text_lemmatized.as_str()), Some("成都 出差"));
     assert!(store.get_many("t2", &[peanut.id]).await.expect("get_many").is_empty(), "other tenant");
-    assert!(store.keyword_postings(&query("t", "nobody", None), &terms).await.expect("empty").postings.is_empty());
+    let nobody = store.keyword_candidates(&query("t", "nobody", None), &terms, 100).await.expect("empty");
+    assert_eq!((nobody.stats.doc_count, nobody.top.len()), (0, 0));
+    // A reset of the tenant leaves no statistics behind; the other tenant keeps its own.
+    store.reset(Some("t")).await.expect("reset");
+    let reset = store.keyword_candidates(&query("t", "u", None), &terms, 100).await.expect("keyword");
+    assert_eq!((reset.stats.doc_count, reset.top.len()), (0, 0));
+    let kept = store.keyword_candidates(&query("t2", "u", None), &terms, 100).await.expect("keyword");
+    assert_eq!((kept.stats.doc_count, kept.top.len()), (1, 1));
 }
 
 /// Entity links: rows per scope, matched by normalised name or embedding, merged on write,
@@ -406,42 +453,45 @@ async fn check_entity_links(store: &dyn VectorStore) {
         ids
     };
     // By name, only in the query's scope.
-    let hits = store.entity_memories(&query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
+    let hits =
+        entity_memories(store, &query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
     assert_eq!(hits_for(hits), sorted(vec![(m1.id, 0), (m2.id, 0)]));
     // By embedding when the name differs; "Swedish Kingdom" was merged into "Sweden".
-    let hits = store
-        .entity_memories(
-            &query("t", "u", None),
-            &[probe("nobody", &unit([0.0, 0.0, 0.0, 1.0])), probe("sverige", &sweden)],
-            0.9,
-        )
-        .await
-        .expect("hits");
+    let hits = entity_memories(
+        store,
+        &query("t", "u", None),
+        &[probe("nobody", &unit([0.0, 0.0, 0.0, 1.0])), probe("sverige", &sweden)],
+        0.9,
+    )
+    .await
+    .expect("hits");
     assert_eq!(hits_for(hits), sorted(vec![(m1.id, 1), (m2.id, 1)]));
     // Filters narrow.
-    let hits = store
-        .entity_memories(&query("t", "u", Some(json!({"kind": "b"}))), &[probe("caroline", &caroline)], 0.9)
-        .await
-        .expect("hits");
+    let hits =
+        entity_memories(store, &query("t", "u", Some(json!({"kind": "b"}))), &[probe("caroline", &caroline)], 0.9)
+            .await
+            .expect("hits");
     assert_eq!(hits_for(hits), vec![(m2.id, 0)]);
     // Replacing m1's links removes them; deleting m2 removes its links and the now orphaned entities.
     relink(store, &[], &[m1.id], 0.95).await.expect("unlink");
-    let hits = store.entity_memories(&query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
+    let hits =
+        entity_memories(store, &query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
     assert_eq!(hits_for(hits), vec![(m2.id, 0)]);
     delete(store, "t", &[m2.id]).await.expect("delete");
-    let hits = store.entity_memories(&query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
+    let hits =
+        entity_memories(store, &query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
     assert!(hits.is_empty());
     // Re-linking m1 creates a fresh entity row for its scope.
     relink(store, &[link(&m1, "Caroline", &caroline)], &[m1.id], 0.95).await.expect("relink");
-    let hits = store.entity_memories(&query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
+    let hits =
+        entity_memories(store, &query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
     assert_eq!(hits_for(hits), vec![(m1.id, 0)]);
     // The other user's entity was never touched.
     let hits =
-        store.entity_memories(&query("t", "other", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
+        entity_memories(store, &query("t", "other", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
     assert_eq!(hits_for(hits), vec![(m3.id, 0)]);
     delete_matching(store, &query("t", "other", None)).await.expect("delete scope");
-    assert!(store
-        .entity_memories(&query("t", "other", None), &[probe("caroline", &caroline)], 0.9)
+    assert!(entity_memories(store, &query("t", "other", None), &[probe("caroline", &caroline)], 0.9)
         .await
         .expect("hits")
         .is_empty());
@@ -529,8 +579,7 @@ async fn check_writes_are_all_or_nothing(store: &dyn VectorStore) {
     assert_eq!(entries[0].payload, json!({"text": "ADD"}));
     assert_eq!(store.get("t", kept.id).await.expect("get").expect("kept").memory, "changed");
     let probe = EntityProbe { normalized: "oslo".to_owned(), embedding: unit([0.0, 1.0, 0.0, 0.0]) };
-    assert!(store
-        .entity_memories(&query("t", "u", None), std::slice::from_ref(&probe), 0.99)
+    assert!(entity_memories(store, &query("t", "u", None), std::slice::from_ref(&probe), 0.99)
         .await
         .expect("hits")
         .is_empty());
@@ -540,8 +589,7 @@ async fn check_writes_are_all_or_nothing(store: &dyn VectorStore) {
     assert_eq!(store.get("t", kept.id).await.expect("get"), Some(kept.clone()));
     assert_eq!(store.get("t", doomed.id).await.expect("get"), Some(doomed.clone()));
     assert!(store.get("t", fresh.id).await.expect("get").is_none());
-    let mut hits: Vec<Uuid> = store
-        .entity_memories(&query("t", "u", None), &[probe], 0.99)
+    let mut hits: Vec<Uuid> = entity_memories(store, &query("t", "u", None), &[probe], 0.99)
         .await
         .expect("hits")
         .into_iter()
@@ -560,13 +608,19 @@ async fn check_writes_are_all_or_nothing(store: &dyn VectorStore) {
         "restored embeddings: {:?}",
         hits.iter().map(|hit| hit.score).collect::<Vec<_>>()
     );
-    let postings = store
-        .keyword_postings(&query("t", "u", None), &["kept".to_owned(), "chang".to_owned()])
+    let found = store
+        .keyword_candidates(&query("t", "u", None), &["kept".to_owned(), "chang".to_owned()], 10)
         .await
-        .expect("postings");
-    let terms: Vec<(Uuid, &str)> =
-        postings.postings.iter().map(|posting| (posting.id, posting.term.as_str())).collect();
-    assert_eq!(terms, vec![(kept.id, "kept")], "the keyword index is the original one");
+        .expect("keyword");
+    let terms: Vec<(Uuid, u64, u64)> = found
+        .top
+        .iter()
+        .map(|(id, _)| {
+            let df = |term: &str| found.stats.document_frequency.get(term).copied().unwrap_or(0);
+            (*id, df("kept"), df("chang"))
+        })
+        .collect();
+    assert_eq!(terms, vec![(kept.id, 1, 0)], "the keyword index is the original one");
 }
 
 macro_rules! conformance_suite {
@@ -709,9 +763,10 @@ async fn pgvector_import_round_trips_awkward_rows() {
     assert_eq!(report.rows, 2);
     assert_eq!(store.get("t", tricky.id).await.expect("get"), Some(tricky.clone()));
     assert_eq!(store.get("t", plain.id).await.expect("get"), Some(plain.clone()));
-    let postings =
-        store.keyword_postings(&query("t", "u", None), &["成都".to_owned()]).await.expect("postings").postings;
-    assert_eq!(postings.iter().map(|p| p.id).collect::<Vec<_>>(), vec![tricky.id]);
+    // The triggers index imported rows: postings and statistics.
+    let found = store.keyword_candidates(&query("t", "u", None), &["成都".to_owned()], 10).await.expect("keyword");
+    assert_eq!(found.top.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![tricky.id]);
+    assert_eq!(found.stats.doc_count, 2);
     let hits = store.search(&query("t", "u", None), &unit([1.0, 0.0, 0.0, 0.0]), 1, 0.0).await.expect("search");
     assert_eq!(hits[0].record.id, tricky.id);
     let indexed: i64 =
@@ -782,7 +837,7 @@ async fn pgvector_cancelled_operations_never_poison_the_pool() {
         let polls = round + 1;
         match round % 3 {
             0 => cancel_after(store.search(&query("t", "u", None), &unit([1.0, 0.0, 0.0, 0.0]), 5, 0.0), polls).await,
-            1 => cancel_after(store.keyword_postings(&query("t", "u", None), &["seed".to_owned()]), polls).await,
+            1 => cancel_after(store.keyword_candidates(&query("t", "u", None), &["seed".to_owned()], 10), polls).await,
             _ => {
                 let extra =
                     record("t", "u", &format!("written in round {round}"), unit([0.0, 1.0, 0.0, 0.0]), json!({}), 100);
@@ -852,7 +907,7 @@ async fn pgvector_healthy_connections_are_reused() {
         let extra = record("t", "u", &format!("memory {round}"), unit([0.0, 1.0, 0.0, 0.0]), json!({}), round + 1);
         insert(&store, &[extra]).await.expect("insert");
         store.search(&query("t", "u", None), &unit([1.0, 0.0, 0.0, 0.0]), 3, 0.0).await.expect("search");
-        store.keyword_postings(&query("t", "u", None), &["memory".to_owned()]).await.expect("postings");
+        store.keyword_candidates(&query("t", "u", None), &["memory".to_owned()], 10).await.expect("keyword");
         assert!(store.get("t", seeded.id).await.expect("get").is_some());
     }
     assert_eq!(backends().await, first, "the same backend served every operation");

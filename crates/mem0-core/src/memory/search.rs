@@ -51,16 +51,16 @@ impl Memory {
                     .collect()
             }
             SearchMode::Keyword => {
-                let bm25 = self.retriever.bm25(&query, query_text).await?;
-                let ids: Vec<Uuid> = bm25.top(request.top_k).into_iter().map(|(id, _)| id).collect();
+                let (bm25, top) = self.retriever.bm25(&query, query_text, request.top_k).await?;
+                let ids: Vec<Uuid> = top.into_iter().map(|(id, _)| id).collect();
                 self.store
                     .get_many(&caller.tenant, &ids)
                     .await?
                     .into_iter()
                     .map(|record| {
-                        let signals = [0.0, bm25.normalised(&record.id), 0.0];
-                        let raw = bm25.scores.get(&record.id).copied().unwrap_or_default() as f32;
-                        (record, ScoreExplanation::new(signals, raw, [0.0, 1.0, 0.0], vec!["keyword".into()]))
+                        let raw = bm25.score_text(&record.text_lemmatized);
+                        let signals = [0.0, bm25.normalised(raw), 0.0];
+                        (record, ScoreExplanation::new(signals, raw as f32, [0.0, 1.0, 0.0], vec!["keyword".into()]))
                     })
                     .collect()
             }

@@ -21,6 +21,15 @@ const QUERY_ENTITY_CACHE: usize = 10_000;
 /// Most candidates one retriever brings.
 const MAX_CANDIDATES: usize = 1000;
 
+/// The distinct analysed terms of a query (at most [`MAX_QUERY_TERMS`]).
+fn query_terms(text: &str) -> Vec<String> {
+    let mut terms = analysis::terms(text);
+    let mut seen = HashSet::new();
+    terms.retain(|term| seen.insert(term.clone()));
+    terms.truncate(MAX_QUERY_TERMS);
+    terms
+}
+
 /// The retrievers of one store and embedder, with their settings.
 #[derive(Clone)]
 pub struct Retriever {
@@ -48,18 +57,21 @@ impl Retriever {
         &self.settings
     }
 
-    /// BM25 of the query's terms over the memories of the query's scope.
-    pub async fn bm25(&self, query: &ScopedQuery, text: &str) -> Result<Bm25> {
-        let mut terms = analysis::terms(text);
-        let mut seen = HashSet::new();
-        terms.retain(|term| seen.insert(term.clone()));
-        terms.truncate(MAX_QUERY_TERMS);
+    /// BM25 of the query's terms over the query's scope, and the `limit` memories scoring best.
+    pub async fn bm25(&self, query: &ScopedQuery, text: &str, limit: usize) -> Result<(Bm25, Vec<(Uuid, f64)>)> {
+        let terms = query_terms(text);
         // Without terms the store still reports the scope's size (entity weighting uses it).
-        let postings = self.store.keyword_postings(query, &terms).await?;
-        Ok(Bm25::score(&postings, &terms))
+        let found = self.store.keyword_candidates(query, &terms, limit).await?;
+        Ok((Bm25::new(&found.stats, &terms), found.top))
     }
 
     /// Candidates from the dense, keyword and entity retrievers, each scored on every signal.
+    ///
+    /// The stores return only their best candidates (at most `candidates` each, with the
+    /// statistics to score any memory); every candidate is then scored here on all three
+    /// signals: semantic from its embedding, BM25 from its analysed text, entities from its
+    /// links to the matched entity rows (one more store call for the candidates the entity
+    /// retriever did not bring).
     pub async fn hybrid(
         &self,
         query: &ScopedQuery,
@@ -108,19 +120,23 @@ impl Retriever {
                 })
             })
             .collect();
-        let (dense, bm25, entity_hits) = futures::try_join!(
+        let (dense, (bm25, keyword_top), entity_found) = futures::try_join!(
             self.store.search(query, &vector, pool, 0.0),
-            self.bm25(query, text),
-            self.store.entity_memories(query, &probes, self.settings.entity_match_threshold)
+            self.bm25(query, text, pool),
+            self.store.entity_candidates(query, &probes, self.settings.entity_match_threshold, pool)
         )?;
-        let entity = EntityScores::new(&entity_hits, probes.len(), bm25.doc_count);
 
         let mut candidates: HashMap<Uuid, (MemoryRecord, Vec<String>)> = HashMap::new();
         for hit in dense {
             candidates.insert(hit.record.id, (hit.record, vec!["dense".to_owned()]));
         }
-        let keyword_ids: Vec<Uuid> = bm25.top(pool).into_iter().map(|(id, _)| id).collect();
-        let entity_ids: Vec<Uuid> = entity.top(pool);
+        let keyword_ids: Vec<Uuid> = keyword_top.iter().map(|(id, _)| *id).collect();
+        let mut entity_ids: Vec<Uuid> = Vec::new();
+        for hit in &entity_found.hits {
+            if !entity_ids.contains(&hit.memory_id) {
+                entity_ids.push(hit.memory_id);
+            }
+        }
         let missing: Vec<Uuid> = keyword_ids
             .iter()
             .chain(&entity_ids)
@@ -139,14 +155,22 @@ impl Retriever {
                 }
             }
         }
+        // The entity signal of candidates the entity retriever did not bring.
+        let mut entity_hits = entity_found.hits.clone();
+        if !entity_found.matched.is_empty() {
+            let unlinked: Vec<Uuid> = candidates.keys().filter(|id| !entity_ids.contains(id)).copied().collect();
+            if !unlinked.is_empty() {
+                entity_hits.extend(self.store.entity_links(&query.tenant, &entity_found.matched, &unlinked).await?);
+            }
+        }
+        let entity = EntityScores::new(EntityScores::weights(&entity_found.linked, bm25.doc_count), &entity_hits);
         let weights = self.settings.normalised_weights();
         Ok(candidates
             .into_values()
             .map(|(record, sources)| {
-                let signals =
-                    [semantic(&vector, &record.embedding), bm25.normalised(&record.id), entity.signal(&record.id)];
-                let raw = bm25.scores.get(&record.id).copied().unwrap_or_default() as f32;
-                (record, ScoreExplanation::new(signals, raw, weights, sources))
+                let raw = bm25.score_text(&record.text_lemmatized);
+                let signals = [semantic(&vector, &record.embedding), bm25.normalised(raw), entity.signal(&record.id)];
+                (record, ScoreExplanation::new(signals, raw as f32, weights, sources))
             })
             .collect())
     }

@@ -19,7 +19,7 @@ pub use self::hybrid::Retriever;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::store::KeywordPostings;
+use crate::store::{doc_len, term_frequencies, KeywordStats};
 
 /// BM25 term-frequency saturation.
 pub const BM25_K1: f64 = 1.2;
@@ -131,11 +131,21 @@ impl RetrievalSettings {
     }
 }
 
-/// BM25 scores of the memories containing query terms.
+/// BM25 of one query over one scope: the query terms' IDFs and the scope's mean length, from
+/// which any memory's score follows from its analysed text ([`Bm25::score_text`]). The store
+/// finds the best-scoring memories with the same formula ([`Bm25::sql_weights`]), so that only
+/// those, not every posting, leave the database.
+///
+/// The statistics (memory count, mean length, document frequencies) are those of the scope —
+/// tenant and scope ids — as a search engine's are those of its index: expiration and metadata
+/// filters choose which memories are scored, not how rare a word is. So a memory scores the same
+/// whatever filter finds it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Bm25 {
-    /// Raw BM25 per memory.
-    pub scores: HashMap<Uuid, f64>,
+    /// IDF of each distinct query term.
+    idf: HashMap<String, f64>,
+    /// Mean analysed length over the scope (1 when unknown).
+    avg_doc_len: f64,
     /// The normaliser: BM25 of an average-length memory holding every query term once (the sum
     /// of the query terms' IDFs).
     pub reference: f64,
@@ -143,47 +153,65 @@ pub struct Bm25 {
     pub doc_count: u64,
 }
 
+/// IDF of a term (or entity) found in `df` of `total` memories (the "plus one" form: never
+/// negative).
+pub fn idf(df: f64, total: f64) -> f64 {
+    (1.0 + (total - df + 0.5) / (df + 0.5)).ln()
+}
+
 impl Bm25 {
-    /// Scores the postings of `terms` (distinct) over a scope of `postings.doc_count` memories.
-    pub fn score(postings: &KeywordPostings, terms: &[String]) -> Self {
-        let total = postings.doc_count as f64;
-        if total == 0.0 || terms.is_empty() {
-            return Self { doc_count: postings.doc_count, ..Self::default() };
+    /// BM25 for `terms` (distinct) over a scope with `stats`.
+    pub fn new(stats: &KeywordStats, terms: &[String]) -> Self {
+        if stats.doc_count == 0 || terms.is_empty() {
+            return Self { doc_count: stats.doc_count, avg_doc_len: 1.0, ..Self::default() };
         }
-        let avg_len = if postings.avg_doc_len > 0.0 { postings.avg_doc_len } else { 1.0 };
-        let mut document_frequency: HashMap<&str, f64> = HashMap::new();
-        for posting in &postings.postings {
-            *document_frequency.entry(posting.term.as_str()).or_default() += 1.0;
-        }
-        let idf = |term: &str| {
-            let df = document_frequency.get(term).copied().unwrap_or(0.0);
-            (1.0 + (total - df + 0.5) / (df + 0.5)).ln()
-        };
-        let reference = terms.iter().map(|term| idf(term)).sum();
-        let mut scores: HashMap<Uuid, f64> = HashMap::new();
-        for posting in &postings.postings {
-            let tf = f64::from(posting.tf);
-            let length = f64::from(posting.doc_len);
-            let saturation = tf * (BM25_K1 + 1.0) / (tf + BM25_K1 * (1.0 - BM25_B + BM25_B * length / avg_len));
-            *scores.entry(posting.id).or_default() += idf(&posting.term) * saturation;
-        }
-        Self { scores, reference, doc_count: postings.doc_count }
+        let total = stats.doc_count as f64;
+        let idf: HashMap<String, f64> = terms
+            .iter()
+            .map(|term| {
+                let df = stats.document_frequency.get(term).copied().unwrap_or(0) as f64;
+                (term.clone(), idf(df.min(total), total))
+            })
+            .collect();
+        let reference = idf.values().sum();
+        let avg_doc_len = if stats.avg_doc_len > 0.0 { stats.avg_doc_len } else { 1.0 };
+        Self { idf, avg_doc_len, reference, doc_count: stats.doc_count }
     }
 
-    /// The normalised keyword signal of a memory, in [0, 1].
-    pub fn normalised(&self, id: &Uuid) -> f32 {
-        match self.scores.get(id) {
-            Some(score) if self.reference > 0.0 => (score / self.reference).min(1.0) as f32,
-            _ => 0.0,
+    /// The raw BM25 of a memory from its analysed text.
+    pub fn score_text(&self, text_lemmatized: &str) -> f64 {
+        if self.idf.is_empty() {
+            return 0.0;
         }
+        let length = f64::from(doc_len(text_lemmatized));
+        term_frequencies(text_lemmatized)
+            .iter()
+            .filter_map(|(term, tf)| self.idf.get(term).map(|idf| idf * self.saturation(f64::from(*tf), length)))
+            .sum()
     }
 
-    /// The `limit` best memories, best first (ties by id).
-    pub fn top(&self, limit: usize) -> Vec<(Uuid, f64)> {
-        let mut ranked: Vec<(Uuid, f64)> = self.scores.iter().map(|(id, score)| (*id, *score)).collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        ranked.truncate(limit);
-        ranked
+    /// Term-frequency saturation with length normalisation.
+    fn saturation(&self, tf: f64, length: f64) -> f64 {
+        tf * (BM25_K1 + 1.0) / (tf + BM25_K1 * (1.0 - BM25_B + BM25_B * length / self.avg_doc_len))
+    }
+
+    /// The same score in the shape a store sums over postings:
+    /// `Σ weight(term) × tf / (tf + base + per_length × doc_len)`; returns the weight of each
+    /// term (`idf × (k1 + 1)`), `base` and `per_length`.
+    pub fn sql_weights(&self) -> (Vec<(String, f64)>, f64, f64) {
+        let mut weights: Vec<(String, f64)> =
+            self.idf.iter().map(|(term, idf)| (term.clone(), idf * (BM25_K1 + 1.0))).collect();
+        weights.sort_by(|a, b| a.0.cmp(&b.0));
+        (weights, BM25_K1 * (1.0 - BM25_B), BM25_K1 * BM25_B / self.avg_doc_len)
+    }
+
+    /// The normalised keyword signal of a raw score, in [0, 1].
+    pub fn normalised(&self, score: f64) -> f32 {
+        if self.reference > 0.0 && score > 0.0 {
+            (score / self.reference).min(1.0) as f32
+        } else {
+            0.0
+        }
     }
 }
 
@@ -193,55 +221,45 @@ impl Bm25 {
 /// that matches nothing still counts in the denominator, as unmatched query terms do for BM25.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EntityScores {
-    signals: HashMap<Uuid, f32>,
+    /// Weight of each query entity (its IDF over the scope).
+    weights: Vec<f64>,
+    /// Probes each scored memory is linked to.
+    linked: HashMap<Uuid, Vec<usize>>,
 }
 
 impl EntityScores {
-    /// Scores the links found for `probes` query entities in a scope of `doc_count` memories.
-    pub fn new(hits: &[crate::store::EntityHit], probes: usize, doc_count: u64) -> Self {
-        if probes == 0 || hits.is_empty() {
-            return Self::default();
-        }
-        let mut linked: Vec<std::collections::HashSet<Uuid>> = vec![std::collections::HashSet::new(); probes];
+    /// Weights of the query entities from how many memories of a scope of `doc_count` each is
+    /// linked to (`linked[probe]`).
+    pub fn weights(linked: &[u64], doc_count: u64) -> Vec<f64> {
+        let most = linked.iter().copied().max().unwrap_or(0);
+        let total = doc_count.max(most) as f64;
+        linked.iter().map(|n| idf(*n as f64, total)).collect()
+    }
+
+    /// Scores memories by their `hits` (memory, probe) given the query entities' `weights`.
+    pub fn new(weights: Vec<f64>, hits: &[crate::store::EntityHit]) -> Self {
+        let mut linked: HashMap<Uuid, Vec<usize>> = HashMap::new();
         for hit in hits {
-            if let Some(memories) = linked.get_mut(hit.probe) {
-                memories.insert(hit.memory_id);
+            if hit.probe < weights.len() {
+                let probes = linked.entry(hit.memory_id).or_default();
+                if !probes.contains(&hit.probe) {
+                    probes.push(hit.probe);
+                }
             }
         }
-        let distinct: std::collections::HashSet<Uuid> = hits.iter().map(|hit| hit.memory_id).collect();
-        let total = (doc_count as f64).max(distinct.len() as f64);
-        let idf: Vec<f64> = linked
-            .iter()
-            .map(|memories| {
-                let n = memories.len() as f64;
-                (1.0 + (total - n + 0.5) / (n + 0.5)).ln()
-            })
-            .collect();
-        let denominator: f64 = idf.iter().sum();
-        let mut signals: HashMap<Uuid, f64> = HashMap::new();
-        for (probe, memories) in linked.iter().enumerate() {
-            for memory in memories {
-                *signals.entry(*memory).or_default() += idf[probe];
-            }
-        }
-        Self {
-            signals: signals
-                .into_iter()
-                .map(|(id, sum)| (id, if denominator > 0.0 { (sum / denominator).min(1.0) as f32 } else { 0.0 }))
-                .collect(),
-        }
+        Self { weights, linked }
     }
 
     /// The entity signal of a memory, in [0, 1].
     pub fn signal(&self, id: &Uuid) -> f32 {
-        self.signals.get(id).copied().unwrap_or(0.0)
-    }
-
-    /// The `limit` memories with the strongest signal (ties by id, newest first).
-    pub fn top(&self, limit: usize) -> Vec<Uuid> {
-        let mut ranked: Vec<(Uuid, f32)> = self.signals.iter().map(|(id, signal)| (*id, *signal)).collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
-        ranked.into_iter().take(limit).map(|(id, _)| id).collect()
+        let denominator: f64 = self.weights.iter().sum();
+        match self.linked.get(id) {
+            Some(probes) if denominator > 0.0 => {
+                let sum: f64 = probes.iter().map(|probe| self.weights[*probe]).sum();
+                (sum / denominator).min(1.0) as f32
+            }
+            _ => 0.0,
+        }
     }
 }
 
@@ -322,48 +340,54 @@ pub fn semantic(query: &[f32], memory: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Posting;
-
-    fn posting(id: Uuid, term: &str, tf: u32, doc_len: u32) -> Posting {
-        Posting { id, term: term.to_owned(), tf, doc_len }
+    fn stats(doc_count: u64, avg_doc_len: f64, df: &[(&str, u64)]) -> KeywordStats {
+        KeywordStats {
+            doc_count,
+            avg_doc_len,
+            document_frequency: df.iter().map(|(term, n)| ((*term).to_owned(), *n)).collect(),
+        }
     }
 
     #[test]
     fn bm25_matches_a_hand_computed_score() {
-        // Scope of 4 memories, mean length 5. "peanut" in 1 memory (tf 2, length 4), "allergi"
-        // in 2 (tf 1, lengths 4 and 8).
-        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
-        let postings = KeywordPostings {
-            doc_count: 4,
-            avg_doc_len: 5.0,
-            postings: vec![posting(a, "peanut", 2, 4), posting(a, "allergi", 1, 4), posting(b, "allergi", 1, 8)],
-        };
+        // Scope of 4 memories, mean length 5. "peanut" in 1 memory, "allergi" in 2.
         let terms = vec!["peanut".to_owned(), "allergi".to_owned()];
-        let bm25 = Bm25::score(&postings, &terms);
+        let bm25 = Bm25::new(&stats(4, 5.0, &[("peanut", 1), ("allergi", 2)]), &terms);
         let idf_peanut = (1.0_f64 + (4.0 - 1.0 + 0.5) / (1.0 + 0.5)).ln(); // ln(1 + 3.5/1.5)
         let idf_allergi = (1.0_f64 + (4.0 - 2.0 + 0.5) / (2.0 + 0.5)).ln(); // ln 2
         let norm = |length: f64| 1.2 * (1.0 - 0.75 + 0.75 * length / 5.0);
+        // a: tf(peanut) 2, tf(allergi) 1, length 4; b: allergi once, length 8.
+        let a = "peanut allergi peanut other";
+        let b = "allergi x x x x x x x";
         let expected_a = idf_peanut * 2.0 * 2.2 / (2.0 + norm(4.0)) + idf_allergi * 2.2 / (1.0 + norm(4.0));
         let expected_b = idf_allergi * 2.2 / (1.0 + norm(8.0));
-        assert!((bm25.scores[&a] - expected_a).abs() < 1e-9, "{} vs {expected_a}", bm25.scores[&a]);
-        assert!((bm25.scores[&b] - expected_b).abs() < 1e-9);
+        assert!((bm25.score_text(a) - expected_a).abs() < 1e-9, "{} vs {expected_a}", bm25.score_text(a));
+        assert!((bm25.score_text(b) - expected_b).abs() < 1e-9);
         assert!((bm25.reference - (idf_peanut + idf_allergi)).abs() < 1e-12);
-        assert_eq!(bm25.top(1), vec![(a, bm25.scores[&a])]);
+        // The shape stores sum over postings gives the same number.
+        let (weights, base, per_length) = bm25.sql_weights();
+        let weight = |term: &str| weights.iter().find(|(t, _)| t == term).map(|(_, w)| *w).unwrap_or(0.0);
+        let summed = weight("peanut") * 2.0 / (2.0 + base + per_length * 4.0)
+            + weight("allergi") * 1.0 / (1.0 + base + per_length * 4.0);
+        assert!((summed - expected_a).abs() < 1e-9);
         // Shorter-than-average memory with both terms beats the reference: capped at 1.
-        assert!((bm25.normalised(&a) - 1.0).abs() < 1e-6);
-        assert!(bm25.normalised(&b) > 0.0 && bm25.normalised(&b) < 0.5);
-        assert_eq!(bm25.normalised(&Uuid::from_u128(3)), 0.0);
+        assert!((bm25.normalised(bm25.score_text(a)) - 1.0).abs() < 1e-6);
+        let normalised_b = bm25.normalised(bm25.score_text(b));
+        assert!(normalised_b > 0.0 && normalised_b < 0.5);
+        assert_eq!(bm25.score_text("unrelated words"), 0.0);
+        assert_eq!(bm25.normalised(0.0), 0.0);
     }
 
     #[test]
     fn idf_is_over_the_scope_only() {
-        // The same posting is rarer in a bigger scope: higher IDF, higher score.
-        let id = Uuid::from_u128(7);
+        // The same term is rarer in a bigger scope: higher IDF, higher score.
         let terms = vec!["kyoto".to_owned()];
-        let small = KeywordPostings { doc_count: 2, avg_doc_len: 3.0, postings: vec![posting(id, "kyoto", 1, 3)] };
-        let large = KeywordPostings { doc_count: 200, ..small.clone() };
-        assert!(Bm25::score(&large, &terms).scores[&id] > Bm25::score(&small, &terms).scores[&id]);
-        assert_eq!(Bm25::score(&KeywordPostings::default(), &terms), Bm25::default());
+        let small = Bm25::new(&stats(2, 3.0, &[("kyoto", 1)]), &terms);
+        let large = Bm25::new(&stats(200, 3.0, &[("kyoto", 1)]), &terms);
+        assert!(large.score_text("kyoto a b") > small.score_text("kyoto a b"));
+        let empty = Bm25::new(&KeywordStats::default(), &terms);
+        assert_eq!(empty.score_text("kyoto"), 0.0);
+        assert_eq!(empty.reference, 0.0);
     }
 
     #[test]
@@ -382,17 +406,26 @@ mod tests {
     fn rare_entities_weigh_more_than_common_ones() {
         use crate::store::EntityHit;
         // Probe 0 ("Caroline") is linked to 90 of 100 memories, probe 1 ("Sweden") to one.
-        let mut hits: Vec<EntityHit> =
-            (0..90).map(|index| EntityHit { memory_id: Uuid::from_u128(index), probe: 0 }).collect();
-        hits.push(EntityHit { memory_id: Uuid::from_u128(5), probe: 1 });
-        let scores = EntityScores::new(&hits, 2, 100);
+        let weights = EntityScores::weights(&[90, 1], 100);
+        let hits = [
+            EntityHit { memory_id: Uuid::from_u128(5), probe: 0 },
+            EntityHit { memory_id: Uuid::from_u128(5), probe: 1 },
+            EntityHit { memory_id: Uuid::from_u128(5), probe: 1 },
+            EntityHit { memory_id: Uuid::from_u128(6), probe: 0 },
+            EntityHit { memory_id: Uuid::from_u128(7), probe: 9 },
+        ];
+        let scores = EntityScores::new(weights, &hits);
         let both = scores.signal(&Uuid::from_u128(5));
         let common_only = scores.signal(&Uuid::from_u128(6));
-        assert!((both - 1.0).abs() < 1e-6, "linked to every query entity: {both}");
+        assert!((both - 1.0).abs() < 1e-6, "linked to every query entity (a repeated hit counts once): {both}");
         assert!(common_only > 0.0 && common_only < 0.1, "the common entity alone: {common_only}");
-        assert_eq!(scores.top(1), vec![Uuid::from_u128(5)]);
+        assert_eq!(scores.signal(&Uuid::from_u128(7)), 0.0, "no such probe");
         assert_eq!(scores.signal(&Uuid::from_u128(500)), 0.0);
-        assert_eq!(EntityScores::new(&[], 2, 100), EntityScores::default());
+        // A query entity that matches nothing still weighs in the denominator.
+        let unmatched = EntityScores::new(EntityScores::weights(&[1, 0], 100), &hits[..1]);
+        let share = unmatched.signal(&Uuid::from_u128(5));
+        assert!(share > 0.4 && share < 0.6, "{share}");
+        assert_eq!(EntityScores::new(Vec::new(), &hits).signal(&Uuid::from_u128(5)), 0.0);
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod pgvector;
 mod sql;
 mod sqlite;
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 
 use async_trait::async_trait;
@@ -38,6 +39,19 @@ pub struct ScopedQuery {
     pub show_expired: bool,
     /// The day expiration is judged against (UTC).
     pub today: NaiveDate,
+}
+
+impl ScopedQuery {
+    /// The query's scope alone (tenant and scope ids; every expiration, no filter): what the
+    /// keyword statistics and entity weights are counted over.
+    pub(crate) fn scope_only(&self) -> Self {
+        Self { filter: None, show_expired: true, ..self.clone() }
+    }
+
+    /// The query without its metadata filter (scope and expiration).
+    pub(crate) fn without_filter(&self) -> Self {
+        Self { filter: None, ..self.clone() }
+    }
 }
 
 /// Position after the last row of a page, in the list order (newest first, then id descending).
@@ -214,30 +228,26 @@ pub struct ScoredRecord {
     pub score: f32,
 }
 
-/// One term occurrence count of one memory: a row of the keyword index.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Posting {
-    /// The memory.
-    pub id: Uuid,
-    /// The analysed term.
-    pub term: String,
-    /// How often the term occurs in the memory's analysed text.
-    pub tf: u32,
-    /// Number of terms in the memory's analysed text.
-    pub doc_len: u32,
+/// The keyword statistics of a scope (tenant and scope ids; expiration and metadata filters do
+/// not change them, see [`crate::retrieval::Bm25`]) for some terms.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeywordStats {
+    /// Memories in the scope.
+    pub doc_count: u64,
+    /// Their mean number of analysed terms.
+    pub avg_doc_len: f64,
+    /// Memories of the scope containing each asked term (absent: none).
+    pub document_frequency: HashMap<String, u64>,
 }
 
-/// What BM25 needs from a store for one query: the postings of the query terms among the
-/// memories of the scope, and the scope's size and mean document length (for IDF and length
-/// normalisation over exactly the memories the caller searches).
+/// What BM25 retrieval needs from a store for one query.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct KeywordPostings {
-    /// Memories in the scope (after filters and expiration).
-    pub doc_count: u64,
-    /// Their mean number of terms.
-    pub avg_doc_len: f64,
-    /// Postings of the query terms in those memories.
-    pub postings: Vec<Posting>,
+pub struct KeywordCandidates {
+    /// The scope's statistics for the query terms.
+    pub stats: KeywordStats,
+    /// The memories matching the query (scope, expiration, filter) with the highest BM25, best
+    /// first (ties by id), at most the asked number, with their BM25.
+    pub top: Vec<(Uuid, f64)>,
 }
 
 /// One entity a memory mentions, to be linked: the store finds the scope's entity row with the
@@ -277,6 +287,20 @@ pub struct EntityHit {
     pub memory_id: Uuid,
     /// Index of the query entity it is linked to.
     pub probe: usize,
+}
+
+/// The entity rows of a scope that match the query's entities, and the memories best linked to
+/// them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EntityCandidates {
+    /// Matching entity rows (store ids) and the probes each matches.
+    pub matched: Vec<(String, Vec<usize>)>,
+    /// For each probe, the memories of the scope linked to an entity it matches (expiration and
+    /// filters not applied, like the keyword statistics).
+    pub linked: Vec<u64>,
+    /// The memories matching the query that are linked to the most (IDF-weighted) query
+    /// entities, best first, at most the asked number, with the probes each is linked to.
+    pub hits: Vec<EntityHit>,
 }
 
 /// A change the history volume has not received yet, kept in the store's journal: it is
@@ -477,23 +501,38 @@ pub trait VectorIndex: Send + Sync {
 /// The keyword index BM25 is computed from.
 #[async_trait]
 pub trait KeywordIndex: Send + Sync {
-    /// Returns the keyword-index postings of `terms` among the memories matching `query`, with
-    /// the scope's size and mean analysed length.
-    async fn keyword_postings(&self, query: &ScopedQuery, terms: &[String]) -> Result<KeywordPostings>;
+    /// Returns the scope's statistics for `terms` (distinct) and the `limit` memories matching
+    /// `query` with the highest BM25 ([`crate::retrieval::Bm25`]), computed in the store.
+    async fn keyword_candidates(
+        &self,
+        query: &ScopedQuery,
+        terms: &[String],
+        limit: usize,
+    ) -> Result<KeywordCandidates>;
 }
 
 /// Entity rows per scope and the memories linked to them (links are written by
 /// [`MemoryRows::apply`]).
 #[async_trait]
 pub trait EntityIndex: Send + Sync {
-    /// Returns the memories matching `query` that are linked to an entity of the query's scope
-    /// whose normalised name equals a probe's, or whose embedding is at least `threshold`
-    /// similar to it.
-    async fn entity_memories(
+    /// Finds the entity rows of the query's scope whose normalised name equals a probe's or
+    /// whose embedding is at least `threshold` similar to it, counts the memories linked to each
+    /// probe's rows, and returns the `limit` memories matching `query` linked to the greatest
+    /// IDF-weighted share of the probes ([`crate::retrieval::EntityScores`]).
+    async fn entity_candidates(
         &self,
         query: &ScopedQuery,
         probes: &[EntityProbe],
         threshold: f32,
+        limit: usize,
+    ) -> Result<EntityCandidates>;
+
+    /// The links of `memory_ids` (of `tenant`) to the `matched` entity rows, as hits.
+    async fn entity_links(
+        &self,
+        tenant: &str,
+        matched: &[(String, Vec<usize>)],
+        memory_ids: &[Uuid],
     ) -> Result<Vec<EntityHit>>;
 }
 

@@ -22,8 +22,8 @@ impl PgVectorStore {
     /// Loads many memories with `COPY`, for migrations and benchmarks. The HNSW index is dropped
     /// for the load and built afterwards with `maintenance_work_mem` (e.g. `"2GB"`; the graph
     /// should fit) and parallel workers, which is far faster than maintaining it row by row.
-    /// Meanwhile searches still work, ranking exactly. The keyword index (generated terms)
-    /// follows; entity links are not created. Rows are committed in batches of 10,000: a failed
+    /// Meanwhile searches still work, ranking exactly. The keyword postings and statistics
+    /// follow (triggers); entity links are not created. Rows are committed in batches of 10,000: a failed
     /// import leaves the batches before the failure, and the index is rebuilt either way.
     ///
     /// # Errors

@@ -4,6 +4,7 @@
 //! index is bypassed), large ones use the index with pgvector 0.8 iterative scans so a filter can
 //! never starve the result (Mem0 filters after an approximate search and returns short pages).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -22,11 +23,12 @@ pub use self::import::ImportReport;
 use self::write::apply_in;
 use super::sql::{where_clause, Bind, Postgres as Pg};
 use super::{
-    Applied, Cursor, EntityHit, EntityProbe, JournalEntry, KeywordPostings, Page, Posting, ScopeKind, ScopeSummary,
-    ScopedQuery, ScoredRecord, WriteSet,
+    Applied, Cursor, EntityCandidates, EntityHit, EntityProbe, JournalEntry, KeywordCandidates, KeywordStats, Page,
+    ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, WriteSet,
 };
 use super::{EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
 use crate::error::{Error, Result};
+use crate::retrieval::{Bm25, EntityScores};
 use crate::types::MemoryRecord;
 
 /// The migrations of the Postgres store (top-level `migrations/`).
@@ -439,73 +441,125 @@ impl VectorIndex for PgVectorStore {
     }
 }
 
-#[async_trait]
-impl KeywordIndex for PgVectorStore {
-    async fn keyword_postings(&self, query: &ScopedQuery, terms: &[String]) -> Result<KeywordPostings> {
-        let (sql, binds) = where_clause(Pg, query, 2).into_parts();
-        let mut transaction = self.pool.begin().await?;
-        sqlx::query("set local plan_cache_mode = force_custom_plan").execute(&mut *transaction).await?;
-        // $1 is unused by the statistics query; binding it keeps one numbering for both.
-        let stats = format!(
-            "select count(*), coalesce(avg(doc_len), 0)::float8 from memories where {sql} and $1::text[] is not null"
-        );
-        let row = bind_all(sqlx::query(&stats).bind(terms), &binds).fetch_one(&mut *transaction).await?;
-        let doc_count: i64 = row.try_get(0)?;
-        let avg_doc_len: f64 = row.try_get(1)?;
-        if doc_count == 0 || terms.is_empty() {
-            transaction.commit().await?;
-            return Ok(KeywordPostings {
-                doc_count: u64::try_from(doc_count).unwrap_or(0),
-                avg_doc_len,
-                postings: Vec::new(),
-            });
-        }
-        // `terms && $1` uses the GIN index on the analysed terms; unnest counts each term's frequency.
+impl PgVectorStore {
+    /// Memories in the query's scope and their mean analysed length (kept by triggers).
+    async fn scope_stats(&self, query: &ScopedQuery) -> Result<(u64, f64)> {
+        let (sql, binds) = where_clause(Pg, &query.scope_only(), 1).into_parts();
         let statement = format!(
-            "select id, u.term, count(*)::int8 as tf, doc_len::int8 from memories \
-             cross join lateral unnest(terms) as u(term) \
-             where {sql} and terms && $1::text[] and u.term = any($1::text[]) \
-             group by id, doc_len, u.term"
+            "select coalesce(sum(docs), 0)::int8, coalesce(sum(total_len), 0)::int8 from keyword_stats where {sql}"
         );
-        let rows = bind_all(sqlx::query(&statement).bind(terms), &binds).fetch_all(&mut *transaction).await?;
-        transaction.commit().await?;
-        let postings = rows
-            .iter()
-            .map(|row| {
-                let tf: i64 = row.try_get(2)?;
-                let doc_len: i64 = row.try_get(3)?;
-                Ok(Posting {
-                    id: row.try_get(0)?,
-                    term: row.try_get(1)?,
-                    tf: u32::try_from(tf).unwrap_or(0),
-                    doc_len: u32::try_from(doc_len).unwrap_or(0),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(KeywordPostings { doc_count: u64::try_from(doc_count).unwrap_or(0), avg_doc_len, postings })
+        let row = bind_all(sqlx::query(&statement), &binds).fetch_one(&self.pool).await?;
+        let docs: i64 = row.try_get(0)?;
+        let total: i64 = row.try_get(1)?;
+        let docs = u64::try_from(docs).unwrap_or(0);
+        Ok((docs, if docs > 0 { total as f64 / docs as f64 } else { 0.0 }))
     }
 }
 
 #[async_trait]
+impl KeywordIndex for PgVectorStore {
+    async fn keyword_candidates(
+        &self,
+        query: &ScopedQuery,
+        terms: &[String],
+        limit: usize,
+    ) -> Result<KeywordCandidates> {
+        let (doc_count, avg_doc_len) = self.scope_stats(query).await?;
+        let mut stats = KeywordStats { doc_count, avg_doc_len, document_frequency: HashMap::new() };
+        if doc_count == 0 || terms.is_empty() {
+            return Ok(KeywordCandidates { stats, top: Vec::new() });
+        }
+        // Each term is one range of `keyword_postings_term` (tenant, term, user_id), index only.
+        let clause = where_clause(Pg, &query.scope_only(), 1);
+        let terms_at = clause.next_index();
+        let (scope_sql, scope_binds) = clause.into_parts();
+        let statement = format!(
+            "select term, count(*)::int8 from keyword_postings where {scope_sql} and term = any(${terms_at}::text[]) \
+             group by term"
+        );
+        for row in bind_all(sqlx::query(&statement), &scope_binds).bind(terms).fetch_all(&self.pool).await? {
+            let count: i64 = row.try_get(1)?;
+            stats.document_frequency.insert(row.try_get(0)?, u64::try_from(count).unwrap_or(0));
+        }
+        if limit == 0 || stats.document_frequency.is_empty() {
+            return Ok(KeywordCandidates { stats, top: Vec::new() });
+        }
+        // BM25 summed in the database over the postings of the visible memories.
+        let (weights, base, per_length) = Bm25::new(&stats, terms).sql_weights();
+        let clause = where_clause(Pg, &query.without_filter(), 1);
+        let at = clause.next_index();
+        let (visible_sql, visible_binds) = clause.into_parts();
+        let (filtered, filter_binds, limit_at) = match &query.filter {
+            // A metadata filter is checked on the memory row itself.
+            Some(_) => {
+                let clause = where_clause(Pg, query, at + 4);
+                let limit_at = clause.next_index();
+                let (sql, binds) = clause.into_parts();
+                (
+                    format!(" and exists (select 1 from memories where memories.id = p.memory_id and {sql})"),
+                    binds,
+                    limit_at,
+                )
+            }
+            None => (String::new(), Vec::new(), at + 4),
+        };
+        let statement = format!(
+            "select p.memory_id, sum(w.weight * p.tf / (p.tf + ${base_at} + ${length_at} * p.doc_len)) as score \
+             from keyword_postings p join unnest(${terms_at}::text[], ${weights_at}::float8[]) as w(term, weight) \
+             on w.term = p.term where {visible_sql} and p.term = any(${terms_at}::text[]){filtered} \
+             group by p.memory_id order by score desc, p.memory_id limit ${limit_at}",
+            terms_at = at,
+            weights_at = at + 1,
+            base_at = at + 2,
+            length_at = at + 3,
+        );
+        let (names, values): (Vec<String>, Vec<f64>) = weights.into_iter().unzip();
+        let fetch =
+            bind_all(sqlx::query(&statement), &visible_binds).bind(&names).bind(&values).bind(base).bind(per_length);
+        let rows =
+            bind_all(fetch, &filter_binds).bind(i64::try_from(limit).unwrap_or(i64::MAX)).fetch_all(&self.pool).await?;
+        let top = rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(1)?))).collect::<Result<Vec<_>>>()?;
+        Ok(KeywordCandidates { stats, top })
+    }
+}
+
+/// Matched entity rows as parallel arrays for `unnest`: entity ids, probes.
+fn matched_arrays(matched: &[(String, Vec<usize>)]) -> Result<(Vec<Uuid>, Vec<i32>)> {
+    let mut ids = Vec::new();
+    let mut probes = Vec::new();
+    for (id, matching) in matched {
+        let id = Uuid::parse_str(id).map_err(|error| Error::Internal(format!("entity id {id}: {error}")))?;
+        for probe in matching {
+            ids.push(id);
+            probes.push(i32::try_from(*probe).unwrap_or(i32::MAX));
+        }
+    }
+    Ok((ids, probes))
+}
+
+#[async_trait]
 impl EntityIndex for PgVectorStore {
-    async fn entity_memories(
+    async fn entity_candidates(
         &self,
         query: &ScopedQuery,
         probes: &[EntityProbe],
         threshold: f32,
-    ) -> Result<Vec<EntityHit>> {
+        limit: usize,
+    ) -> Result<EntityCandidates> {
+        let mut found = EntityCandidates { linked: vec![0; probes.len()], ..EntityCandidates::default() };
+        if probes.is_empty() {
+            return Ok(found);
+        }
         let pairs = query.scope.pairs();
-        let (sql, binds) = where_clause(Pg, query, 5 + pairs.len()).into_parts();
         let scope: String =
-            pairs.iter().enumerate().map(|(index, (column, _))| format!(" and e.{column} = ${}", 5 + index)).collect();
+            pairs.iter().enumerate().map(|(index, (column, _))| format!(" and {column} = ${}", 5 + index)).collect();
         let statement = format!(
-            "select distinct l.memory_id from memories_entities e join memory_entity_links l on l.entity_id = e.id \
-             where e.tenant = $1 {scope} and (e.normalized = $2 or (e.embedding <=> $3) <= $4) \
-             and l.memory_id in (select id from memories where {sql})"
+            "select id from memories_entities where tenant = $1 {scope} \
+             and (normalized = $2 or (embedding <=> $3) <= $4)"
         );
-        let mut hits = Vec::new();
+        let mut matching: Vec<(Uuid, Vec<usize>)> = Vec::new();
         for (index, probe) in probes.iter().enumerate() {
-            let mut fetch = sqlx::query(&statement)
+            let mut fetch = sqlx::query_scalar::<_, Uuid>(&statement)
                 .bind(&query.tenant)
                 .bind(&probe.normalized)
                 .bind(Vector::from(probe.embedding.clone()))
@@ -513,8 +567,121 @@ impl EntityIndex for PgVectorStore {
             for (_, value) in &pairs {
                 fetch = fetch.bind(*value);
             }
-            for row in bind_all(fetch, &binds).fetch_all(&self.pool).await? {
-                hits.push(EntityHit { memory_id: row.try_get(0)?, probe: index });
+            for id in fetch.fetch_all(&self.pool).await? {
+                match matching.iter_mut().find(|(known, _)| *known == id) {
+                    Some((_, indexes)) => indexes.push(index),
+                    None => matching.push((id, vec![index])),
+                }
+            }
+        }
+        if matching.is_empty() {
+            return Ok(found);
+        }
+        found.matched = matching.into_iter().map(|(id, indexes)| (id.to_string(), indexes)).collect();
+        let (entity_ids, probe_ids) = matched_arrays(&found.matched)?;
+        // Entity rows are per scope: their links are the scope's memories.
+        let rows = sqlx::query(
+            "select m.probe, count(distinct l.memory_id)::int8 from unnest($1::uuid[], $2::int4[]) as m(entity_id, probe) \
+             join memory_entity_links l on l.entity_id = m.entity_id group by m.probe",
+        )
+        .bind(&entity_ids)
+        .bind(&probe_ids)
+        .fetch_all(&self.pool)
+        .await?;
+        for row in rows {
+            let probe: i32 = row.try_get(0)?;
+            let count: i64 = row.try_get(1)?;
+            if let Some(slot) = usize::try_from(probe).ok().and_then(|probe| found.linked.get_mut(probe)) {
+                *slot = u64::try_from(count).unwrap_or(0);
+            }
+        }
+        if limit == 0 {
+            return Ok(found);
+        }
+        let (doc_count, _) = self.scope_stats(query).await?;
+        let weights = EntityScores::weights(&found.linked, doc_count);
+        let probe_weights: Vec<f64> = probe_ids
+            .iter()
+            .map(|probe| usize::try_from(*probe).ok().and_then(|p| weights.get(p)).copied().unwrap_or(0.0))
+            .collect();
+        // With a metadata filter each link is checked on its memory row; otherwise only
+        // expiration can hide a memory of the scope, checked afterwards on a few more rows than
+        // needed.
+        let (join, filter_binds, limit_at, fetch_limit) = match &query.filter {
+            Some(_) => {
+                let clause = where_clause(Pg, query, 4);
+                let limit_at = clause.next_index();
+                let (sql, binds) = clause.into_parts();
+                (format!(" join memories on memories.id = l.memory_id where {sql}"), binds, limit_at, limit)
+            }
+            None => (String::new(), Vec::new(), 4, if query.show_expired { limit } else { limit * 2 }),
+        };
+        let statement = format!(
+            "select memory_id, sum(weight) as score, array_agg(probe) from \
+             (select distinct l.memory_id, m.probe, m.weight \
+              from unnest($1::uuid[], $2::int4[], $3::float8[]) as m(entity_id, probe, weight) \
+              join memory_entity_links l on l.entity_id = m.entity_id{join}) as linked \
+             group by memory_id order by score desc, memory_id desc limit ${limit_at}"
+        );
+        let fetch = sqlx::query(&statement).bind(&entity_ids).bind(&probe_ids).bind(&probe_weights);
+        let rows = bind_all(fetch, &filter_binds)
+            .bind(i64::try_from(fetch_limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?;
+        let mut ranked: Vec<(Uuid, Vec<i32>)> =
+            rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(2)?))).collect::<Result<Vec<_>>>()?;
+        if query.filter.is_none() && !query.show_expired && !ranked.is_empty() {
+            let ids: Vec<Uuid> = ranked.iter().map(|(id, _)| *id).collect();
+            let live: std::collections::HashSet<Uuid> = sqlx::query_scalar(
+                "select id from memories where id = any($1::uuid[]) and tenant = $2 \
+                 and (expiration_date is null or expiration_date >= $3)",
+            )
+            .bind(&ids)
+            .bind(&query.tenant)
+            .bind(query.today)
+            .fetch_all(&self.pool)
+            .await?
+            .into_iter()
+            .collect();
+            ranked.retain(|(id, _)| live.contains(id));
+            ranked.truncate(limit);
+        }
+        for (memory_id, mut probes) in ranked {
+            probes.sort_unstable();
+            probes.dedup();
+            found.hits.extend(
+                probes
+                    .into_iter()
+                    .filter_map(|probe| usize::try_from(probe).ok().map(|probe| EntityHit { memory_id, probe })),
+            );
+        }
+        Ok(found)
+    }
+
+    async fn entity_links(
+        &self,
+        _tenant: &str,
+        matched: &[(String, Vec<usize>)],
+        memory_ids: &[Uuid],
+    ) -> Result<Vec<EntityHit>> {
+        if matched.is_empty() || memory_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (entity_ids, probe_ids) = matched_arrays(matched)?;
+        let rows = sqlx::query(
+            "select l.memory_id, m.probe from unnest($1::uuid[], $2::int4[]) as m(entity_id, probe) \
+             join memory_entity_links l on l.entity_id = m.entity_id where l.memory_id = any($3::uuid[])",
+        )
+        .bind(&entity_ids)
+        .bind(&probe_ids)
+        .bind(memory_ids)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut hits = Vec::new();
+        for row in rows {
+            let probe: i32 = row.try_get(1)?;
+            if let Ok(probe) = usize::try_from(probe) {
+                hits.push(EntityHit { memory_id: row.try_get(0)?, probe });
             }
         }
         Ok(hits)

@@ -31,11 +31,12 @@ use self::codec::{decode_embedding, from_micros, micros, row_to_record};
 use self::write::{apply_in, scope_entities, settle_in};
 use super::sql::{where_clause, Bind, Sqlite};
 use super::{
-    cosine, Applied, Cursor, EntityHit, EntityProbe, JournalEntry, KeywordPostings, Page, Posting, ScopeKind,
-    ScopeSummary, ScopedQuery, ScoredRecord, WriteSet,
+    cosine, Applied, Cursor, EntityCandidates, EntityHit, EntityProbe, JournalEntry, KeywordCandidates, KeywordStats,
+    Page, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, WriteSet,
 };
 use super::{EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
 use crate::error::{Error, Result};
+use crate::retrieval::{Bm25, EntityScores};
 use crate::types::MemoryRecord;
 
 /// The migrations of the embedded store (`migrations/sqlite/memories`).
@@ -321,7 +322,7 @@ impl MemoryRows for SqliteStore {
         let mut transaction = self.turns.begin(&self.pool).await?;
         match tenant {
             Some(tenant) => {
-                sqlx::query("delete from memory_terms where tenant = ?")
+                sqlx::query("delete from keyword_postings where tenant = ?")
                     .bind(tenant)
                     .execute(&mut *transaction)
                     .await?;
@@ -336,7 +337,7 @@ impl MemoryRows for SqliteStore {
                     .await?;
             }
             None => {
-                sqlx::query("delete from memory_terms").execute(&mut *transaction).await?;
+                sqlx::query("delete from keyword_postings").execute(&mut *transaction).await?;
                 sqlx::query("delete from memories").execute(&mut *transaction).await?;
                 sqlx::query("delete from memories_entities").execute(&mut *transaction).await?;
                 sqlx::query("delete from history_journal").execute(&mut *transaction).await?;
@@ -491,101 +492,255 @@ impl VectorIndex for SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// Memories in the query's scope and their total analysed length (kept by triggers).
+    async fn scope_stats(&self, query: &ScopedQuery) -> Result<(u64, f64)> {
+        let (sql, binds) = where_clause(Sqlite, &query.scope_only(), 1).into_parts();
+        let statement =
+            format!("select coalesce(sum(docs), 0), coalesce(sum(total_len), 0) from keyword_stats where {sql}");
+        let row = bind_all(sqlx::query(&statement), &binds).fetch_one(&self.pool).await?;
+        let docs: i64 = row.try_get(0)?;
+        let total: i64 = row.try_get(1)?;
+        let docs = u64::try_from(docs).unwrap_or(0);
+        Ok((docs, if docs > 0 { total as f64 / docs as f64 } else { 0.0 }))
+    }
+}
+
 #[async_trait]
 impl KeywordIndex for SqliteStore {
-    async fn keyword_postings(&self, query: &ScopedQuery, terms: &[String]) -> Result<KeywordPostings> {
-        let (sql, binds) = where_clause(Sqlite, query, 1).into_parts();
-        let stats = format!("select count(*), coalesce(avg(doc_len), 0.0) from memories where {sql}");
-        let row = bind_all(sqlx::query(&stats), &binds).fetch_one(&self.pool).await?;
-        let doc_count: i64 = row.try_get(0)?;
-        let avg_doc_len: f64 = row.try_get(1)?;
+    async fn keyword_candidates(
+        &self,
+        query: &ScopedQuery,
+        terms: &[String],
+        limit: usize,
+    ) -> Result<KeywordCandidates> {
+        let (doc_count, avg_doc_len) = self.scope_stats(query).await?;
+        let mut stats = KeywordStats { doc_count, avg_doc_len, document_frequency: HashMap::new() };
         if doc_count == 0 || terms.is_empty() {
-            return Ok(KeywordPostings {
-                doc_count: u64::try_from(doc_count).unwrap_or(0),
-                avg_doc_len,
-                postings: Vec::new(),
-            });
+            return Ok(KeywordCandidates { stats, top: Vec::new() });
         }
-        // The scope's rows are joined by primary key to the postings of each term.
-        let placeholders = vec!["?"; terms.len()].join(", ");
+        let term_list = vec!["?"; terms.len()].join(", ");
+        // Each term is one range of the postings' primary key (tenant, term, user_id, …).
+        let (scope_sql, scope_binds) = where_clause(Sqlite, &query.scope_only(), 1).into_parts();
         let statement = format!(
-            "select t.memory_id, t.term, t.tf, m.doc_len from memory_terms t \
-             join (select id, doc_len from memories where {sql}) m on m.id = t.memory_id \
-             where t.tenant = ? and t.term in ({placeholders})"
+            "select term, count(*) from keyword_postings where {scope_sql} and term in ({term_list}) group by term"
         );
-        let mut fetch = bind_all(sqlx::query(&statement), &binds).bind(&query.tenant);
+        let mut fetch = bind_all(sqlx::query(&statement), &scope_binds);
         for term in terms {
             fetch = fetch.bind(term);
         }
-        let postings = fetch
+        for row in fetch.fetch_all(&self.pool).await? {
+            let count: i64 = row.try_get(1)?;
+            stats.document_frequency.insert(row.try_get(0)?, u64::try_from(count).unwrap_or(0));
+        }
+        if limit == 0 || stats.document_frequency.is_empty() {
+            return Ok(KeywordCandidates { stats, top: Vec::new() });
+        }
+        // BM25 summed in SQL over the postings of the visible memories: only the best leave.
+        let (weights, base, per_length) = Bm25::new(&stats, terms).sql_weights();
+        let cases: String = weights.iter().map(|_| " when ? then ?").collect();
+        let (visible_sql, visible_binds) = where_clause(Sqlite, &query.without_filter(), 1).into_parts();
+        let (filtered, filter_binds) = match &query.filter {
+            // A metadata filter is checked on the memory row itself.
+            Some(_) => {
+                let (sql, binds) = where_clause(Sqlite, query, 1).into_parts();
+                (
+                    format!(
+                        " and exists (select 1 from memories where memories.id = keyword_postings.memory_id and {sql})"
+                    ),
+                    binds,
+                )
+            }
+            None => (String::new(), Vec::new()),
+        };
+        let statement = format!(
+            "select memory_id, sum((case term{cases} else 0 end) * tf / (tf + ? + ? * doc_len)) as score \
+             from keyword_postings where {visible_sql} and term in ({term_list}){filtered} \
+             group by memory_id order by score desc, memory_id limit ?"
+        );
+        let mut fetch = sqlx::query(&statement);
+        for (term, weight) in &weights {
+            fetch = fetch.bind(term.as_str()).bind(*weight);
+        }
+        fetch = bind_all(fetch.bind(base).bind(per_length), &visible_binds);
+        for term in terms {
+            fetch = fetch.bind(term);
+        }
+        let fetch = bind_all(fetch, &filter_binds).bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        let top = fetch
             .fetch_all(&self.pool)
             .await?
             .iter()
             .map(|row| {
                 let id: String = row.try_get(0)?;
-                let tf: i64 = row.try_get(2)?;
-                let doc_len: i64 = row.try_get(3)?;
-                Ok(Posting {
-                    id: Uuid::parse_str(&id).map_err(|error| Error::Internal(format!("stored id {id}: {error}")))?,
-                    term: row.try_get(1)?,
-                    tf: u32::try_from(tf).unwrap_or(0),
-                    doc_len: u32::try_from(doc_len).unwrap_or(0),
-                })
+                let score: f64 = row.try_get(1)?;
+                Ok((parse_id(&id)?, score))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(KeywordPostings { doc_count: u64::try_from(doc_count).unwrap_or(0), avg_doc_len, postings })
+        Ok(KeywordCandidates { stats, top })
     }
+}
+
+fn parse_id(id: &str) -> Result<Uuid> {
+    Uuid::parse_str(id).map_err(|error| Error::Internal(format!("stored id {id}: {error}")))
+}
+
+/// `with m(entity_id, probe[, weight]) as (values …)` for matched entity rows.
+fn matched_values(matched: &[(String, Vec<usize>)], weights: Option<&[f64]>) -> (String, usize) {
+    let row = if weights.is_some() { "(?, ?, ?)" } else { "(?, ?)" };
+    let count: usize = matched.iter().map(|(_, probes)| probes.len()).sum();
+    let columns = if weights.is_some() { "entity_id, probe, weight" } else { "entity_id, probe" };
+    (format!("with m({columns}) as (values {})", vec![row; count].join(", ")), count)
+}
+
+fn bind_matched<'q>(
+    mut query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    matched: &'q [(String, Vec<usize>)],
+    weights: Option<&[f64]>,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    for (id, probes) in matched {
+        for probe in probes {
+            query = query.bind(id.as_str()).bind(i64::try_from(*probe).unwrap_or(i64::MAX));
+            if let Some(weights) = weights {
+                query = query.bind(weights.get(*probe).copied().unwrap_or(0.0));
+            }
+        }
+    }
+    query
+}
+
+fn parse_probes(list: &str) -> Vec<usize> {
+    let mut probes: Vec<usize> = list.split(',').filter_map(|probe| probe.trim().parse().ok()).collect();
+    probes.sort_unstable();
+    probes.dedup();
+    probes
 }
 
 #[async_trait]
 impl EntityIndex for SqliteStore {
-    async fn entity_memories(
+    async fn entity_candidates(
         &self,
         query: &ScopedQuery,
         probes: &[EntityProbe],
         threshold: f32,
-    ) -> Result<Vec<EntityHit>> {
+        limit: usize,
+    ) -> Result<EntityCandidates> {
+        let mut found = EntityCandidates { linked: vec![0; probes.len()], ..EntityCandidates::default() };
         if probes.is_empty() {
-            return Ok(Vec::new());
+            return Ok(found);
         }
         let mut connection = self.pool.acquire().await?;
-        let rows = scope_entities(&mut connection, &query.tenant, &query.scope, false).await?;
-        let mut probes_of: HashMap<String, Vec<usize>> = HashMap::new();
-        for (id, normalized, embedding) in &rows {
-            for (index, probe) in probes.iter().enumerate() {
-                if *normalized == probe.normalized || cosine(embedding, &probe.embedding) >= threshold {
-                    probes_of.entry(id.clone()).or_default().push(index);
-                }
+        for (id, normalized, embedding) in scope_entities(&mut connection, &query.tenant, &query.scope, false).await? {
+            let matching: Vec<usize> = probes
+                .iter()
+                .enumerate()
+                .filter(|(_, probe)| {
+                    *normalized == probe.normalized || cosine(&embedding, &probe.embedding) >= threshold
+                })
+                .map(|(index, _)| index)
+                .collect();
+            if !matching.is_empty() {
+                found.matched.push((id, matching));
             }
         }
-        if probes_of.is_empty() {
-            return Ok(Vec::new());
+        if found.matched.is_empty() {
+            return Ok(found);
         }
-        let (sql, binds) = where_clause(Sqlite, query, 1).into_parts();
-        let entity_ids: Vec<&String> = probes_of.keys().collect();
-        let mut hits = Vec::new();
-        for chunk in entity_ids.chunks(FETCH_CHUNK) {
-            let placeholders = vec!["?"; chunk.len()].join(", ");
-            // Each link probes its memory by primary key: cost grows with the links found, not
-            // with the scope (`memory_id in (select id …)` listed every memory of the scope first:
-            // at 5,000 memories 17–23 ms for 1,067 links, against ~4 ms probing).
+        drop(connection);
+        // Entity rows are per scope: their links are the scope's memories.
+        let (values, _) = matched_values(&found.matched, None);
+        let statement = format!(
+            "{values} select m.probe, count(distinct l.memory_id) from m \
+             join memory_entity_links l on l.entity_id = m.entity_id group by m.probe"
+        );
+        for row in bind_matched(sqlx::query(&statement), &found.matched, None).fetch_all(&self.pool).await? {
+            let probe: i64 = row.try_get(0)?;
+            let count: i64 = row.try_get(1)?;
+            if let Some(slot) = usize::try_from(probe).ok().and_then(|probe| found.linked.get_mut(probe)) {
+                *slot = u64::try_from(count).unwrap_or(0);
+            }
+        }
+        if limit == 0 {
+            return Ok(found);
+        }
+        let (doc_count, _) = self.scope_stats(query).await?;
+        let weights = EntityScores::weights(&found.linked, doc_count);
+        let (values, _) = matched_values(&found.matched, Some(&weights));
+        // With a metadata filter each link is checked on its memory row; otherwise only
+        // expiration can hide a memory of the scope, checked afterwards on a few more rows than
+        // needed.
+        let (join, filter_sql, filter_binds, fetch_limit) = match &query.filter {
+            Some(_) => {
+                let (sql, binds) = where_clause(Sqlite, query, 1).into_parts();
+                (" cross join memories on memories.id = l.memory_id", format!(" where {sql}"), binds, limit)
+            }
+            None => ("", String::new(), Vec::new(), if query.show_expired { limit } else { limit * 2 }),
+        };
+        let statement = format!(
+            "{values} select memory_id, sum(weight) as score, group_concat(probe) from \
+             (select distinct l.memory_id, m.probe, m.weight from m \
+              join memory_entity_links l on l.entity_id = m.entity_id{join}{filter_sql}) \
+             group by memory_id order by score desc, memory_id desc limit ?"
+        );
+        let fetch = bind_matched(sqlx::query(&statement), &found.matched, Some(&weights));
+        let fetch = bind_all(fetch, &filter_binds).bind(i64::try_from(fetch_limit).unwrap_or(i64::MAX));
+        let mut ranked: Vec<(Uuid, Vec<usize>)> = Vec::new();
+        for row in fetch.fetch_all(&self.pool).await? {
+            let id: String = row.try_get(0)?;
+            let probes: String = row.try_get(2)?;
+            ranked.push((parse_id(&id)?, parse_probes(&probes)));
+        }
+        if query.filter.is_none() && !query.show_expired && !ranked.is_empty() {
+            let placeholders = vec!["?"; ranked.len()].join(", ");
             let statement = format!(
-                "select l.memory_id, l.entity_id from memory_entity_links l \
-                 cross join memories on memories.id = l.memory_id \
-                 where l.entity_id in ({placeholders}) and ({sql})"
+                "select id from memories where +tenant = ? and id in ({placeholders}) \
+                 and (expiration_date is null or expiration_date >= ?)"
             );
-            let mut fetch = sqlx::query(&statement);
-            for id in chunk {
-                fetch = fetch.bind(id.as_str());
+            let mut fetch = sqlx::query_scalar::<_, String>(&statement).bind(&query.tenant);
+            for (id, _) in &ranked {
+                fetch = fetch.bind(id.to_string());
             }
-            for row in bind_all(fetch, &binds).fetch_all(&mut *connection).await? {
-                let memory_id: String = row.try_get(0)?;
-                let entity_id: String = row.try_get(1)?;
-                let memory_id = Uuid::parse_str(&memory_id)
-                    .map_err(|error| Error::Internal(format!("stored id {memory_id}: {error}")))?;
-                for probe in probes_of.get(&entity_id).into_iter().flatten() {
-                    hits.push(EntityHit { memory_id, probe: *probe });
-                }
+            let live: std::collections::HashSet<String> = fetch
+                .bind(query.today.format("%Y-%m-%d").to_string())
+                .fetch_all(&self.pool)
+                .await?
+                .into_iter()
+                .collect();
+            ranked.retain(|(id, _)| live.contains(&id.to_string()));
+            ranked.truncate(limit);
+        }
+        found.hits = ranked
+            .into_iter()
+            .flat_map(|(memory_id, probes)| probes.into_iter().map(move |probe| EntityHit { memory_id, probe }))
+            .collect();
+        Ok(found)
+    }
+
+    async fn entity_links(
+        &self,
+        _tenant: &str,
+        matched: &[(String, Vec<usize>)],
+        memory_ids: &[Uuid],
+    ) -> Result<Vec<EntityHit>> {
+        let mut hits = Vec::new();
+        if matched.is_empty() {
+            return Ok(hits);
+        }
+        let (values, _) = matched_values(matched, None);
+        for chunk in memory_ids.chunks(FETCH_CHUNK) {
+            let placeholders = vec!["?"; chunk.len()].join(", ");
+            let statement = format!(
+                "{values} select l.memory_id, m.probe from m join memory_entity_links l on l.entity_id = m.entity_id \
+                 where l.memory_id in ({placeholders})"
+            );
+            let mut fetch = bind_matched(sqlx::query(&statement), matched, None);
+            for id in chunk {
+                fetch = fetch.bind(id.to_string());
+            }
+            for row in fetch.fetch_all(&self.pool).await? {
+                let id: String = row.try_get(0)?;
+                let probe: i64 = row.try_get(1)?;
+                hits.push(EntityHit { memory_id: parse_id(&id)?, probe: usize::try_from(probe).unwrap_or(usize::MAX) });
             }
         }
         Ok(hits)

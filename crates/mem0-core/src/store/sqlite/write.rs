@@ -111,20 +111,37 @@ pub(super) async fn insert_one(executor: &mut sqlx::SqliteConnection, record: &M
     write_terms(executor, record).await
 }
 
-/// Writes the keyword-index rows of a record (after removing any old ones).
+/// Writes the keyword postings of a record (after removing any old ones), each carrying the
+/// record's scope, expiration and length (see `migrations/sqlite/memories/0002_keyword_postings.sql`).
 pub(super) async fn write_terms(executor: &mut sqlx::SqliteConnection, record: &MemoryRecord) -> Result<()> {
-    sqlx::query("delete from memory_terms where memory_id = ?")
+    sqlx::query("delete from keyword_postings where memory_id = ?")
         .bind(record.id.to_string())
         .execute(&mut *executor)
         .await?;
     let terms = term_frequencies(&record.text_lemmatized);
-    // 4 parameters a row; SQLite allows 32766 per statement.
+    let id = record.id.to_string();
+    let user = record.scope.user_id.as_deref().unwrap_or("");
+    let expiration = record.expiration_date.map(|date| date.format("%Y-%m-%d").to_string());
+    let length = i64::from(doc_len(&record.text_lemmatized));
+    // 9 parameters a row; SQLite allows 32766 per statement.
     for chunk in terms.chunks(500) {
-        let rows = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
-        let statement = format!("insert into memory_terms (tenant, term, memory_id, tf) values {rows}");
+        let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+        let statement = format!(
+            "insert into keyword_postings (tenant, term, user_id, memory_id, agent_id, run_id, expiration_date, \
+             doc_len, tf) values {rows}"
+        );
         let mut insert = sqlx::query(&statement);
         for (term, tf) in chunk {
-            insert = insert.bind(&record.tenant).bind(term).bind(record.id.to_string()).bind(i64::from(*tf));
+            insert = insert
+                .bind(&record.tenant)
+                .bind(term)
+                .bind(user)
+                .bind(&id)
+                .bind(&record.scope.agent_id)
+                .bind(&record.scope.run_id)
+                .bind(&expiration)
+                .bind(length)
+                .bind(i64::from(*tf));
         }
         insert.execute(&mut *executor).await?;
     }
