@@ -334,7 +334,7 @@ pub fn semantic(query: &[f32], memory: &[f32]) -> f32 {
     if query.len() != memory.len() {
         return 0.0;
     }
-    query.iter().zip(memory).map(|(a, b)| a * b).sum::<f32>().clamp(0.0, 1.0)
+    crate::store::dot(query, memory).clamp(0.0, 1.0)
 }
 
 #[cfg(test)]

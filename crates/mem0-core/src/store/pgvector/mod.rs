@@ -604,7 +604,9 @@ impl EntityIndex for PgVectorStore {
             .iter()
             .map(|probe| usize::try_from(*probe).ok().and_then(|p| weights.get(p)).copied().unwrap_or(0.0))
             .collect();
-        // With a metadata filter each link is checked on its memory row; otherwise only
+        // Ranked by the summed weights of the links (a memory linked to two rows one probe matches
+        // counts that probe twice here, once in its score). With a metadata filter each link is
+        // checked on its memory row; otherwise only
         // expiration can hide a memory of the scope, checked afterwards on a few more rows than
         // needed.
         let (join, filter_binds, limit_at, fetch_limit) = match &query.filter {
@@ -617,11 +619,10 @@ impl EntityIndex for PgVectorStore {
             None => (String::new(), Vec::new(), 4, if query.show_expired { limit } else { limit * 2 }),
         };
         let statement = format!(
-            "select memory_id, sum(weight) as score, array_agg(probe) from \
-             (select distinct l.memory_id, m.probe, m.weight \
-              from unnest($1::uuid[], $2::int4[], $3::float8[]) as m(entity_id, probe, weight) \
-              join memory_entity_links l on l.entity_id = m.entity_id{join}) as linked \
-             group by memory_id order by score desc, memory_id desc limit ${limit_at}"
+            "select l.memory_id, sum(m.weight) as score, array_agg(m.probe) \
+             from unnest($1::uuid[], $2::int4[], $3::float8[]) as m(entity_id, probe, weight) \
+             join memory_entity_links l on l.entity_id = m.entity_id{join} \
+             group by l.memory_id order by score desc, l.memory_id desc limit ${limit_at}"
         );
         let fetch = sqlx::query(&statement).bind(&entity_ids).bind(&probe_ids).bind(&probe_weights);
         let rows = bind_all(fetch, &filter_binds)

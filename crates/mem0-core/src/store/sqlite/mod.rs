@@ -31,7 +31,7 @@ use self::codec::{decode_embedding, from_micros, micros, row_to_record};
 use self::write::{apply_in, scope_entities, settle_in};
 use super::sql::{where_clause, Bind, Sqlite};
 use super::{
-    cosine, Applied, Cursor, EntityCandidates, EntityHit, EntityProbe, JournalEntry, KeywordCandidates, KeywordStats,
+    cosine, dot, Applied, Cursor, EntityCandidates, EntityHit, EntityProbe, JournalEntry, KeywordCandidates, KeywordStats,
     Page, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, WriteSet,
 };
 use super::{EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
@@ -464,9 +464,8 @@ impl VectorIndex for SqliteStore {
             if stored.len() != vector.len() {
                 continue;
             }
-            let dot: f32 = stored.iter().zip(vector).map(|(a, b)| a * b).sum();
             // Vectors are unit length, so the dot product is the cosine; clip to [0, 1] like Mem0.
-            let score = dot.clamp(0.0, 1.0);
+            let score = dot(stored, vector).clamp(0.0, 1.0);
             if score < threshold {
                 continue;
             }
@@ -666,7 +665,9 @@ impl EntityIndex for SqliteStore {
         let (doc_count, _) = self.scope_stats(query).await?;
         let weights = EntityScores::weights(&found.linked, doc_count);
         let (values, _) = matched_values(&found.matched, Some(&weights));
-        // With a metadata filter each link is checked on its memory row; otherwise only
+        // Ranked by the summed weights of the links (a memory linked to two rows one probe matches
+        // counts that probe twice here, once in its score). With a metadata filter each link is
+        // checked on its memory row; otherwise only
         // expiration can hide a memory of the scope, checked afterwards on a few more rows than
         // needed.
         let (join, filter_sql, filter_binds, fetch_limit) = match &query.filter {
@@ -677,10 +678,9 @@ impl EntityIndex for SqliteStore {
             None => ("", String::new(), Vec::new(), if query.show_expired { limit } else { limit * 2 }),
         };
         let statement = format!(
-            "{values} select memory_id, sum(weight) as score, group_concat(probe) from \
-             (select distinct l.memory_id, m.probe, m.weight from m \
-              join memory_entity_links l on l.entity_id = m.entity_id{join}{filter_sql}) \
-             group by memory_id order by score desc, memory_id desc limit ?"
+            "{values} select l.memory_id, sum(m.weight) as score, group_concat(m.probe) from m \
+             join memory_entity_links l on l.entity_id = m.entity_id{join}{filter_sql} \
+             group by l.memory_id order by score desc, l.memory_id desc limit ?"
         );
         let fetch = bind_matched(sqlx::query(&statement), &found.matched, Some(&weights));
         let fetch = bind_all(fetch, &filter_binds).bind(i64::try_from(fetch_limit).unwrap_or(i64::MAX));
