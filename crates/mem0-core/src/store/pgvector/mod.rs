@@ -4,7 +4,6 @@
 //! index is bypassed), large ones use the index with pgvector 0.8 iterative scans so a filter can
 //! never starve the result (Mem0 filters after an approximate search and returns short pages).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -441,21 +440,6 @@ impl VectorIndex for PgVectorStore {
     }
 }
 
-impl PgVectorStore {
-    /// Memories in the query's scope and their mean analysed length (kept by triggers).
-    async fn scope_stats(&self, query: &ScopedQuery) -> Result<(u64, f64)> {
-        let (sql, binds) = where_clause(Pg, &query.scope_only(), 1).into_parts();
-        let statement = format!(
-            "select coalesce(sum(docs), 0)::int8, coalesce(sum(total_len), 0)::int8 from keyword_stats where {sql}"
-        );
-        let row = bind_all(sqlx::query(&statement), &binds).fetch_one(&self.pool).await?;
-        let docs: i64 = row.try_get(0)?;
-        let total: i64 = row.try_get(1)?;
-        let docs = u64::try_from(docs).unwrap_or(0);
-        Ok((docs, if docs > 0 { total as f64 / docs as f64 } else { 0.0 }))
-    }
-}
-
 #[async_trait]
 impl KeywordIndex for PgVectorStore {
     async fn keyword_candidates(
@@ -464,22 +448,32 @@ impl KeywordIndex for PgVectorStore {
         terms: &[String],
         limit: usize,
     ) -> Result<KeywordCandidates> {
-        let (doc_count, avg_doc_len) = self.scope_stats(query).await?;
-        let mut stats = KeywordStats { doc_count, avg_doc_len, document_frequency: HashMap::new() };
-        if doc_count == 0 || terms.is_empty() {
-            return Ok(KeywordCandidates { stats, top: Vec::new() });
-        }
-        // Each term is one range of `keyword_postings_term` (tenant, term, user_id), index only.
+        // The scope's statistics and each term's document frequency in one statement; each term
+        // is one range of `keyword_postings_term` (tenant, term, user_id), index only.
         let clause = where_clause(Pg, &query.scope_only(), 1);
         let terms_at = clause.next_index();
         let (scope_sql, scope_binds) = clause.into_parts();
         let statement = format!(
-            "select term, count(*)::int8 from keyword_postings where {scope_sql} and term = any(${terms_at}::text[]) \
-             group by term"
+            "select s.docs, s.total, p.term, p.n from \
+             (select coalesce(sum(docs), 0)::int8 as docs, coalesce(sum(total_len), 0)::int8 as total \
+              from keyword_stats where {scope_sql}) as s \
+             left join (select term, count(*)::int8 as n from keyword_postings \
+              where {scope_sql} and term = any(${terms_at}::text[]) group by term) as p on true"
         );
-        for row in bind_all(sqlx::query(&statement), &scope_binds).bind(terms).fetch_all(&self.pool).await? {
-            let count: i64 = row.try_get(1)?;
-            stats.document_frequency.insert(row.try_get(0)?, u64::try_from(count).unwrap_or(0));
+        let rows = bind_all(sqlx::query(&statement), &scope_binds).bind(terms).fetch_all(&self.pool).await?;
+        let mut stats = KeywordStats::default();
+        for row in &rows {
+            let docs: i64 = row.try_get(0)?;
+            let total: i64 = row.try_get(1)?;
+            stats.doc_count = u64::try_from(docs).unwrap_or(0);
+            stats.avg_doc_len = if docs > 0 { total as f64 / docs as f64 } else { 0.0 };
+            if let (Some(term), Some(count)) = (row.try_get::<Option<String>, _>(2)?, row.try_get::<Option<i64>, _>(3)?)
+            {
+                stats.document_frequency.insert(term, u64::try_from(count).unwrap_or(0));
+            }
+        }
+        if stats.doc_count == 0 || terms.is_empty() {
+            return Ok(KeywordCandidates { stats, top: Vec::new() });
         }
         if limit == 0 || stats.document_frequency.is_empty() {
             return Ok(KeywordCandidates { stats, top: Vec::new() });
@@ -550,47 +544,55 @@ impl EntityIndex for PgVectorStore {
         if probes.is_empty() {
             return Ok(found);
         }
+        // Every probe's matching entity rows of the scope in one statement.
         let pairs = query.scope.pairs();
         let scope: String =
-            pairs.iter().enumerate().map(|(index, (column, _))| format!(" and {column} = ${}", 5 + index)).collect();
+            pairs.iter().enumerate().map(|(index, (column, _))| format!(" and e.{column} = ${}", 5 + index)).collect();
         let statement = format!(
-            "select id from memories_entities where tenant = $1 {scope} \
-             and (normalized = $2 or (embedding <=> $3) <= $4)"
+            "select e.id, (p.ord - 1)::int4 from unnest($2::text[], $3::vector[]) with ordinality as p(name, embedding, ord) \
+             join memories_entities e on e.tenant = $1 {scope} \
+             and (e.normalized = p.name or (e.embedding <=> p.embedding) <= $4)"
         );
+        let names: Vec<&str> = probes.iter().map(|probe| probe.normalized.as_str()).collect();
+        let vectors: Vec<Vector> = probes.iter().map(|probe| Vector::from(probe.embedding.clone())).collect();
+        let mut fetch =
+            sqlx::query(&statement).bind(&query.tenant).bind(&names).bind(&vectors).bind(1.0 - f64::from(threshold));
+        for (_, value) in &pairs {
+            fetch = fetch.bind(*value);
+        }
         let mut matching: Vec<(Uuid, Vec<usize>)> = Vec::new();
-        for (index, probe) in probes.iter().enumerate() {
-            let mut fetch = sqlx::query_scalar::<_, Uuid>(&statement)
-                .bind(&query.tenant)
-                .bind(&probe.normalized)
-                .bind(Vector::from(probe.embedding.clone()))
-                .bind(1.0 - f64::from(threshold));
-            for (_, value) in &pairs {
-                fetch = fetch.bind(*value);
+        for row in fetch.fetch_all(&self.pool).await? {
+            let id: Uuid = row.try_get(0)?;
+            let Ok(index) = usize::try_from(row.try_get::<i32, _>(1)?) else { continue };
+            match matching.iter_mut().find(|(known, _)| *known == id) {
+                Some((_, indexes)) => indexes.push(index),
+                None => matching.push((id, vec![index])),
             }
-            for id in fetch.fetch_all(&self.pool).await? {
-                match matching.iter_mut().find(|(known, _)| *known == id) {
-                    Some((_, indexes)) => indexes.push(index),
-                    None => matching.push((id, vec![index])),
-                }
-            }
+        }
+        for (_, indexes) in &mut matching {
+            indexes.sort_unstable();
         }
         if matching.is_empty() {
             return Ok(found);
         }
         found.matched = matching.into_iter().map(|(id, indexes)| (id.to_string(), indexes)).collect();
         let (entity_ids, probe_ids) = matched_arrays(&found.matched)?;
-        // Entity rows are per scope: their links are the scope's memories.
-        let rows = sqlx::query(
-            "select m.probe, count(distinct l.memory_id)::int8 from unnest($1::uuid[], $2::int4[]) as m(entity_id, probe) \
-             join memory_entity_links l on l.entity_id = m.entity_id group by m.probe",
-        )
-        .bind(&entity_ids)
-        .bind(&probe_ids)
-        .fetch_all(&self.pool)
-        .await?;
+        // Entity rows are per scope: their links are the scope's memories. With the scope's size.
+        let (scope_sql, scope_binds) = where_clause(Pg, &query.scope_only(), 3).into_parts();
+        let statement = format!(
+            "select m.probe, count(distinct l.memory_id)::int8, \
+             (select coalesce(sum(docs), 0)::int8 from keyword_stats where {scope_sql}) \
+             from unnest($1::uuid[], $2::int4[]) as m(entity_id, probe) \
+             join memory_entity_links l on l.entity_id = m.entity_id group by m.probe"
+        );
+        let rows = bind_all(sqlx::query(&statement).bind(&entity_ids).bind(&probe_ids), &scope_binds)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut doc_count = 0;
         for row in rows {
             let probe: i32 = row.try_get(0)?;
             let count: i64 = row.try_get(1)?;
+            doc_count = u64::try_from(row.try_get::<i64, _>(2)?).unwrap_or(0);
             if let Some(slot) = usize::try_from(probe).ok().and_then(|probe| found.linked.get_mut(probe)) {
                 *slot = u64::try_from(count).unwrap_or(0);
             }
@@ -598,7 +600,6 @@ impl EntityIndex for PgVectorStore {
         if limit == 0 {
             return Ok(found);
         }
-        let (doc_count, _) = self.scope_stats(query).await?;
         let weights = EntityScores::weights(&found.linked, doc_count);
         let probe_weights: Vec<f64> = probe_ids
             .iter()

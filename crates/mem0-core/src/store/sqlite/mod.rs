@@ -31,8 +31,8 @@ use self::codec::{decode_embedding, from_micros, micros, row_to_record};
 use self::write::{apply_in, scope_entities, settle_in};
 use super::sql::{where_clause, Bind, Sqlite};
 use super::{
-    cosine, dot, Applied, Cursor, EntityCandidates, EntityHit, EntityProbe, JournalEntry, KeywordCandidates, KeywordStats,
-    Page, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, WriteSet,
+    cosine, dot, Applied, Cursor, EntityCandidates, EntityHit, EntityProbe, JournalEntry, KeywordCandidates,
+    KeywordStats, Page, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, WriteSet,
 };
 use super::{EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
 use crate::error::{Error, Result};
