@@ -16,7 +16,13 @@
 //!   hybrid run each; default the configured weights),
 //! - `LOCOMO_THRESHOLD`: the search `threshold` (default the server's default,
 //!   `memory::DEFAULT_THRESHOLD`; `0` ranks every candidate),
-//! - `BENCH_MODEL_DIR`: the MiniLM model (default `models/all-MiniLM-L6-v2`, see `scripts/fetch-model.sh`).
+//! - `BENCH_MODEL_DIR`: the MiniLM model (default `models/all-MiniLM-L6-v2`, see `scripts/fetch-model.sh`),
+//! - `LOCOMO_JOIN`: store N consecutive turns of a session as one memory (default 1), to stand in
+//!   for long messages; a memory then counts as returning each turn it holds, and recall is also
+//!   reported apart for questions whose evidence starts past the first 1,000 characters of its
+//!   memory (beyond the embedder's first 256-token window),
+//! - `LOCOMO_WINDOWS`: most 256-token windows the local embedder embeds per text (default its
+//!   default; 1 cuts texts after the first window).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -39,6 +45,8 @@ const DEFAULT_MODEL_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../mode
 const TOP_K: usize = 20;
 const CUTOFFS: [usize; 4] = [1, 5, 10, 20];
 const CATEGORIES: [(u8, &str); 4] = [(1, "multi-hop"), (2, "temporal"), (3, "open-domain"), (4, "single-hop")];
+/// Evidence starting this far into its memory lies past the first window of ~256 tokens.
+const HEAD_CHARS: usize = 1_000;
 
 #[derive(Deserialize)]
 struct Sample {
@@ -70,6 +78,15 @@ struct Question {
     text: String,
     category: u8,
     evidence: HashSet<String>,
+    /// Some evidence starts past [`HEAD_CHARS`] into its memory.
+    tail: bool,
+}
+
+/// Where each turn went: memory id → the turns it holds; turn → character offset in its memory.
+#[derive(Default)]
+struct Stored {
+    turns_of: HashMap<Uuid, Vec<String>>,
+    offset_of: HashMap<(String, String), usize>,
 }
 
 /// Sums of per-question scores over a set of questions.
@@ -81,13 +98,15 @@ struct Score {
 }
 
 impl Score {
-    fn record(&mut self, ranked: &[&str], evidence: &HashSet<String>) {
+    /// `ranked`: the turns each returned memory holds, best first.
+    fn record(&mut self, ranked: &[&[String]], evidence: &HashSet<String>) {
         self.count += 1;
         for (sum, cutoff) in self.recall.iter_mut().zip(CUTOFFS) {
-            let hits = ranked.iter().take(cutoff).filter(|id| evidence.contains(**id)).count();
-            *sum += hits as f64 / evidence.len() as f64;
+            let found: HashSet<&String> =
+                ranked.iter().take(cutoff).flat_map(|turns| turns.iter()).filter(|id| evidence.contains(*id)).collect();
+            *sum += found.len() as f64 / evidence.len() as f64;
         }
-        if let Some(rank) = ranked.iter().position(|id| evidence.contains(*id)) {
+        if let Some(rank) = ranked.iter().position(|turns| turns.iter().any(|id| evidence.contains(id))) {
             self.mrr += 1.0 / (rank + 1) as f64;
         }
     }
@@ -111,6 +130,9 @@ struct ModeResult {
     label: String,
     by_category: BTreeMap<u8, Score>,
     overall: Score,
+    /// Questions with evidence past the first window, and the others (with `LOCOMO_JOIN`).
+    tail: Score,
+    head: Score,
     latencies: Vec<Duration>,
 }
 
@@ -160,56 +182,77 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[index]
 }
 
-/// Stores every turn; returns memory id → (normalised) dia_id and, per conversation, the dia_ids that exist.
-async fn ingest(
-    memory: &Memory,
-    caller: &Caller,
-    samples: &[Sample],
-) -> (HashMap<Uuid, String>, HashMap<String, HashSet<String>>) {
-    let mut dia_of = HashMap::new();
+fn joined() -> usize {
+    std::env::var("LOCOMO_JOIN").ok().and_then(|value| value.parse().ok()).unwrap_or(1).max(1)
+}
+
+/// Stores every turn (`LOCOMO_JOIN` consecutive turns of a session per memory); returns where
+/// each went and, per conversation, the dia_ids that exist.
+async fn ingest(memory: &Memory, caller: &Caller, samples: &[Sample]) -> (Stored, HashMap<String, HashSet<String>>) {
+    let join = joined();
+    let mut stored = Stored::default();
     let mut known = HashMap::new();
-    let (mut turns_total, mut undated) = (0, 0);
+    let (mut turns_total, mut memories, mut undated) = (0, 0, 0);
     let started = Instant::now();
     for sample in samples {
         let scope = Scope::new(Some(&sample.sample_id), None, None).expect("scope");
         let ids: &mut HashSet<String> = known.entry(sample.sample_id.clone()).or_default();
         for (_, turns, date) in sessions(&sample.conversation) {
             undated += usize::from(date.is_none());
-            for chunk in turns.chunks(MAX_MESSAGES) {
+            // One message per memory: `join` turns, one per line, with their offsets.
+            let mut contents: Vec<(String, Vec<String>, Option<String>)> = Vec::new();
+            for group in turns.chunks(join) {
+                let (mut content, mut held) = (String::new(), Vec::new());
+                for turn in group {
+                    if !content.is_empty() {
+                        content.push('\n');
+                    }
+                    let dia_id = normalise_dia_id(&turn.dia_id).unwrap_or_else(|| turn.dia_id.clone());
+                    stored.offset_of.insert((sample.sample_id.clone(), dia_id.clone()), content.chars().count());
+                    content.push_str(&format!("{}: {}", turn.speaker, turn.text));
+                    if let Some(caption) = &turn.blip_caption {
+                        content.push_str(&format!(" [shares {caption}]"));
+                    }
+                    ids.insert(dia_id.clone());
+                    held.push(dia_id);
+                }
+                turns_total += group.len();
+                // A memory of one turn is named after its speaker, as a chat client would send it.
+                let name = (group.len() == 1).then(|| group[0].speaker.clone());
+                contents.push((content, held, name));
+            }
+            for chunk in contents.chunks(MAX_MESSAGES) {
                 let messages: Vec<Message> = chunk
                     .iter()
-                    .map(|turn| {
-                        let mut content = format!("{}: {}", turn.speaker, turn.text);
-                        if let Some(caption) = &turn.blip_caption {
-                            content.push_str(&format!(" [shares {caption}]"));
-                        }
-                        Message { role: "user".into(), content, name: Some(turn.speaker.clone()) }
+                    .map(|(content, _, name)| Message {
+                        role: "user".into(),
+                        content: content.clone(),
+                        name: name.clone(),
                     })
                     .collect();
                 let request =
                     AddRequest { scope: scope.clone(), messages, infer: false, timestamp: date, ..Default::default() };
                 let outcome = memory.add(caller, request).await.expect("add");
                 assert_eq!(outcome.results.len(), chunk.len(), "one memory per message");
-                for (added, turn) in outcome.results.iter().zip(chunk) {
-                    let dia_id = normalise_dia_id(&turn.dia_id).unwrap_or_else(|| turn.dia_id.clone());
-                    ids.insert(dia_id.clone());
-                    dia_of.insert(added.id, dia_id);
+                for (added, (_, held, _)) in outcome.results.iter().zip(chunk) {
+                    stored.turns_of.insert(added.id, held.clone());
                 }
-                turns_total += chunk.len();
+                memories += chunk.len();
             }
         }
     }
     let elapsed = started.elapsed();
     println!(
-        "ingest: {turns_total} turns of {} conversations in {elapsed:.2?} ({:.0} turns/s); sessions without a parsable date: {undated}",
+        "ingest: {turns_total} turns of {} conversations as {memories} memories ({join} turns each) in {elapsed:.2?} \
+         ({:.0} turns/s); sessions without a parsable date: {undated}",
         samples.len(),
         turns_total as f64 / elapsed.as_secs_f64()
     );
-    (dia_of, known)
+    (stored, known)
 }
 
 /// Questions of categories 1-4 with their evidence parsed leniently; prints what was dropped.
-fn questions(samples: &[Sample], known: &HashMap<String, HashSet<String>>) -> Vec<Question> {
+fn questions(samples: &[Sample], known: &HashMap<String, HashSet<String>>, stored: &Stored) -> Vec<Question> {
     let (mut adversarial, mut no_evidence, mut all_dropped) = (0, 0, 0);
     let (mut repaired, mut malformed, mut unknown) = (Vec::new(), Vec::new(), Vec::new());
     let mut questions = Vec::new();
@@ -248,11 +291,18 @@ fn questions(samples: &[Sample], known: &HashMap<String, HashSet<String>>) -> Ve
                 }
                 continue;
             }
+            let tail = evidence.iter().any(|id| {
+                stored
+                    .offset_of
+                    .get(&(sample.sample_id.clone(), id.clone()))
+                    .is_some_and(|offset| *offset >= HEAD_CHARS)
+            });
             questions.push(Question {
                 scope: scope.clone(),
                 text: qa.question.clone(),
                 category: qa.category,
                 evidence,
+                tail,
             });
         }
     }
@@ -275,7 +325,7 @@ async fn run_mode(
     memory: &Memory,
     caller: &Caller,
     questions: &[Question],
-    dia_of: &HashMap<Uuid, String>,
+    stored: &Stored,
     mode: SearchMode,
 ) -> mem0_core::Result<ModeResult> {
     let label = if mode == SearchMode::Hybrid {
@@ -284,8 +334,15 @@ async fn run_mode(
     } else {
         mode_name(mode).to_owned()
     };
-    let mut result =
-        ModeResult { mode, label, by_category: BTreeMap::new(), overall: Score::default(), latencies: Vec::new() };
+    let mut result = ModeResult {
+        mode,
+        label,
+        by_category: BTreeMap::new(),
+        overall: Score::default(),
+        tail: Score::default(),
+        head: Score::default(),
+        latencies: Vec::new(),
+    };
     for question in questions {
         let request = SearchRequest {
             scope: question.scope.clone(),
@@ -301,10 +358,12 @@ async fn run_mode(
         let started = Instant::now();
         let outcome = memory.search(caller, request).await?;
         result.latencies.push(started.elapsed());
-        let ranked: Vec<&str> =
-            outcome.results.iter().map(|item| dia_of.get(&item.id).map_or("", String::as_str)).collect();
+        let ranked: Vec<&[String]> =
+            outcome.results.iter().map(|item| stored.turns_of.get(&item.id).map_or(&[][..], Vec::as_slice)).collect();
         result.by_category.entry(question.category).or_default().record(&ranked, &question.evidence);
         result.overall.record(&ranked, &question.evidence);
+        let part = if question.tail { &mut result.tail } else { &mut result.head };
+        part.record(&ranked, &question.evidence);
     }
     result.latencies.sort();
     Ok(result)
@@ -338,6 +397,10 @@ fn print_mode(result: &ModeResult) {
         println!("{}", score_row(&format!("{category} {}", category_name(*category)), score));
     }
     println!("{}", score_row("**all**", &result.overall));
+    if result.tail.count > 0 {
+        println!("{}", score_row(&format!("evidence within the first {HEAD_CHARS} chars"), &result.head));
+        println!("{}", score_row(&format!("evidence past the first {HEAD_CHARS} chars"), &result.tail));
+    }
 }
 
 fn print_summary(results: &[ModeResult]) {
@@ -423,7 +486,11 @@ async fn main() {
     let model_dir = std::env::var("BENCH_MODEL_DIR").map_or_else(|_| PathBuf::from(DEFAULT_MODEL_DIR), PathBuf::from);
     let loaded = tokio::task::spawn_blocking({
         let model_dir = model_dir.clone();
-        move || LocalEmbedder::load(&model_dir)
+        let windows = std::env::var("LOCOMO_WINDOWS").ok().and_then(|value| value.parse().ok());
+        move || match windows {
+            Some(windows) => LocalEmbedder::load_with_windows(&model_dir, windows),
+            None => LocalEmbedder::load(&model_dir),
+        }
     });
     let embedder = match loaded.await.expect("task") {
         Ok(embedder) => embedder,
@@ -441,8 +508,8 @@ async fn main() {
     let memory = Memory::new(Arc::new(store), history, Arc::new(embedder)).await.expect("memory");
     let caller = Caller::local_admin("bench");
 
-    let (dia_of, known) = ingest(&memory, &caller, &samples).await;
-    let questions = questions(&samples, &known);
+    let (stored, known) = ingest(&memory, &caller, &samples).await;
+    let questions = questions(&samples, &known, &stored);
     if questions.is_empty() {
         println!("locomo: no questions to run");
         return;
@@ -452,7 +519,7 @@ async fn main() {
         // Hybrid runs once per weight triple of LOCOMO_WEIGHTS (default: the configured weights).
         let services: Vec<Memory> = if mode == SearchMode::Hybrid { weighted(&memory) } else { vec![memory.clone()] };
         for service in &services {
-            match run_mode(service, &caller, &questions, &dia_of, mode).await {
+            match run_mode(service, &caller, &questions, &stored, mode).await {
                 Ok(result) => {
                     print_mode(&result);
                     results.push(result);

@@ -17,8 +17,14 @@ use crate::error::{ProviderError, ProviderErrorKind, Result};
 const MODEL_ID: &str = "all-MiniLM-L6-v2";
 /// The provider name carried by every [`ProviderError`] this embedder returns.
 const PROVIDER: &str = "local-embedder";
-/// Longest input, in tokens including `[CLS]` and `[SEP]`; longer texts are truncated.
+/// Longest window, in tokens including `[CLS]` and `[SEP]`: the length the model was trained on.
 const MAX_TOKENS: usize = 256;
+/// Tokens that consecutive windows of a long text share, so a sentence cut at a window's end is
+/// whole in the next one.
+const WINDOW_OVERLAP: usize = 32;
+/// Default most windows of one text (about 1,800 tokens, 7,000 characters of English); the rest of
+/// a longer text is not seen by the dense signal (BM25 and entities still see all of it).
+pub const DEFAULT_MAX_WINDOWS: usize = 8;
 /// Most texts run through the model in one forward pass.
 const MAX_TEXTS_PER_PASS: usize = 32;
 /// Most tokens (texts × padded width) in one forward pass, which bounds the memory a pass holds
@@ -34,6 +40,15 @@ const WEIGHTS_FILE: &str = "model.safetensors";
 
 /// all-MiniLM-L6-v2 run in-process on the CPU: BERT, masked mean pooling, L2 normalisation.
 ///
+/// Texts longer than the model's 256-token window are cut into overlapping windows (up to
+/// `max_windows`), each embedded, and the text's vector is the token-weighted mean of its
+/// windows' vectors, normalised: a fact at the end of a long assistant reply moves the vector
+/// instead of being cut off. A text of one window gets exactly the model's vector. Measured on
+/// LoCoMo with 12 turns per memory (~1,500 characters; `LOCOMO_JOIN=12 cargo bench --bench
+/// locomo`), against cutting at 256 tokens: dense recall@10 of evidence past the first 1,000
+/// characters 0.357 → 0.630, before them 0.729 → 0.682 (a mean blurs every part a little),
+/// overall 0.582 → 0.662; hybrid recall@10 unchanged (0.878), R@1 0.555 → 0.563.
+///
 /// Cloning is cheap: the model and tokenizer are shared.
 #[derive(Clone)]
 pub struct LocalEmbedder {
@@ -46,6 +61,11 @@ struct Inner {
     tokenizer: Tokenizer,
     device: Device,
     dimension: usize,
+    /// Most windows embedded per text.
+    max_windows: usize,
+    /// `[CLS]` and `[SEP]`, which open and close every window.
+    cls_id: u32,
+    sep_id: u32,
     /// Token and type ids that fill a text up to the width of its pass.
     pad_id: u32,
     pad_type_id: u32,
@@ -71,6 +91,15 @@ impl LocalEmbedder {
     /// # Errors
     /// [`crate::Error::Config`] naming the file when one is missing or cannot be parsed.
     pub fn load(model_dir: &Path) -> Result<Self> {
+        Self::load_with_windows(model_dir, DEFAULT_MAX_WINDOWS)
+    }
+
+    /// Like [`LocalEmbedder::load`], embedding at most `max_windows` windows of 256 tokens per
+    /// text (1: texts are cut after 256 tokens).
+    ///
+    /// # Errors
+    /// As [`LocalEmbedder::load`].
+    pub fn load_with_windows(model_dir: &Path, max_windows: usize) -> Result<Self> {
         let config_path = required_file(model_dir, CONFIG_FILE)?;
         let tokenizer_path = required_file(model_dir, TOKENIZER_FILE)?;
         let weights_path = required_file(model_dir, WEIGHTS_FILE)?;
@@ -84,16 +113,25 @@ impl LocalEmbedder {
             .map_err(|error| config_error(&tokenizer_path, "is not a valid tokenizer", error))?;
         // The shipped tokenizer pads every input to a fixed 128 tokens and truncates there;
         // texts are grouped by length and padded per forward pass instead (`plan_passes`), and
-        // longer inputs are allowed.
+        // cut into windows here (`windows`): tokenizers 0.23 stops tokenizing at `max_length`
+        // even when a stride asks for the overflowing windows, so its own windowing returns one
+        // short overflow and loses the rest. Truncation only bounds the work to what the windows
+        // can hold.
         let padding = tokenizer.get_padding().cloned().unwrap_or_default();
         tokenizer.with_padding(None);
+        let max_windows = max_windows.max(1);
+        let window_tokens = MAX_TOKENS.min(config.max_position_embeddings);
         let truncation = TruncationParams {
-            max_length: MAX_TOKENS.min(config.max_position_embeddings),
+            max_length: window_tokens + (max_windows - 1) * (window_tokens - 2 - WINDOW_OVERLAP),
             ..TruncationParams::default()
         };
         tokenizer
             .with_truncation(Some(truncation))
             .map_err(|error| config_error(&tokenizer_path, "rejects truncation", error))?;
+        let special = |token: &str| {
+            tokenizer.token_to_id(token).ok_or_else(|| config_error(&tokenizer_path, "has no token", token))
+        };
+        let (cls_id, sep_id) = (special("[CLS]")?, special("[SEP]")?);
 
         let device = Device::Cpu;
         let tensors = candle_core::safetensors::load(&weights_path, &device)
@@ -109,6 +147,9 @@ impl LocalEmbedder {
                 tokenizer,
                 device,
                 dimension: config.hidden_size,
+                max_windows,
+                cls_id,
+                sep_id,
                 pad_id: padding.pad_id,
                 pad_type_id: padding.pad_type_id,
                 passes: Arc::new(tokio::sync::Semaphore::new(passes)),
@@ -183,8 +224,15 @@ impl Inner {
         let inputs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let encodings =
             self.tokenizer.encode_batch(inputs, true).map_err(|error| bad_response("tokenization failed", error))?;
-        let lengths: Vec<usize> = encodings.iter().map(tokenizers::Encoding::len).collect();
-        let mut vectors: Vec<Option<Vec<f32>>> = vec![None; texts.len()];
+        // Every window of every text, with the text it belongs to.
+        let windows: Vec<(usize, Vec<u32>)> = encodings
+            .iter()
+            .enumerate()
+            .flat_map(|(text, encoding)| self.windows(encoding.get_ids()).into_iter().map(move |ids| (text, ids)))
+            .collect();
+        let lengths: Vec<usize> = windows.iter().map(|(_, window)| window.len()).collect();
+        // Per text: (tokens, vector) of each of its windows.
+        let mut parts: Vec<Vec<(f32, Vec<f32>)>> = vec![Vec::new(); texts.len()];
         for pass in plan_passes(&lengths) {
             let width = pass.iter().map(|&index| lengths[index]).max().unwrap_or(0);
             let rows = pass.len();
@@ -192,25 +240,51 @@ impl Inner {
             let mut type_ids = Vec::with_capacity(rows * width);
             let mut mask = Vec::with_capacity(rows * width);
             for &index in &pass {
-                let encoding = &encodings[index];
-                let padding = width - encoding.len();
-                ids.extend(encoding.get_ids().iter().copied().chain(std::iter::repeat_n(self.pad_id, padding)));
-                type_ids.extend(
-                    encoding.get_type_ids().iter().copied().chain(std::iter::repeat_n(self.pad_type_id, padding)),
-                );
-                mask.extend(encoding.get_attention_mask().iter().copied().chain(std::iter::repeat_n(0, padding)));
+                let window = &windows[index].1;
+                let padding = width - window.len();
+                ids.extend(window.iter().copied().chain(std::iter::repeat_n(self.pad_id, padding)));
+                // One sequence: type 0 throughout, attention on every real token.
+                type_ids
+                    .extend(std::iter::repeat_n(0, window.len()).chain(std::iter::repeat_n(self.pad_type_id, padding)));
+                mask.extend(std::iter::repeat_n(1, window.len()).chain(std::iter::repeat_n(0, padding)));
             }
             let pass_vectors = self
                 .forward(ids, type_ids, mask, (rows, width))
                 .map_err(|error| bad_response("inference failed", error))?;
             for (index, vector) in pass.into_iter().zip(pass_vectors) {
-                vectors[index] = Some(vector);
+                let (text, window) = &windows[index];
+                parts[*text].push((window.len() as f32, vector));
             }
         }
-        vectors
+        parts
             .into_iter()
-            .map(|vector| vector.ok_or_else(|| bad_response("inference failed", "a text was not embedded")))
+            .map(|windows| combine(windows).ok_or_else(|| bad_response("inference failed", "a text was not embedded")))
             .collect()
+    }
+
+    /// The windows of one encoded text (`[CLS] … [SEP]`): the text itself when it fits in
+    /// [`MAX_TOKENS`], else windows of that size overlapping by [`WINDOW_OVERLAP`] tokens, at
+    /// most `max_windows`, each opened and closed by `[CLS]` and `[SEP]` again.
+    fn windows(&self, ids: &[u32]) -> Vec<Vec<u32>> {
+        if ids.len() <= MAX_TOKENS || ids.len() < 2 {
+            return vec![ids.to_vec()];
+        }
+        let content = &ids[1..ids.len() - 1];
+        let span = MAX_TOKENS - 2;
+        let mut windows = Vec::new();
+        let mut start = 0;
+        loop {
+            let stop = (start + span).min(content.len());
+            let mut window = Vec::with_capacity(stop - start + 2);
+            window.push(self.cls_id);
+            window.extend_from_slice(&content[start..stop]);
+            window.push(self.sep_id);
+            windows.push(window);
+            if stop == content.len() || windows.len() == self.max_windows {
+                return windows;
+            }
+            start += span - WINDOW_OVERLAP;
+        }
     }
 
     /// Runs BERT on a padded batch, then mean-pools over real tokens and L2-normalises.
@@ -235,6 +309,20 @@ impl Inner {
         let norms = mean.sqr()?.sum_keepdim(1)?.sqrt()?.maximum(1e-12)?;
         mean.broadcast_div(&norms)?.to_vec2::<f32>()
     }
+}
+
+/// The vector of a text from its windows' (tokens, unit vector): the one window's vector as it
+/// is, or the token-weighted mean of several, normalised. `None` without windows.
+fn combine(mut windows: Vec<(f32, Vec<f32>)>) -> Option<Vec<f32>> {
+    if windows.len() <= 1 {
+        return windows.pop().map(|(_, vector)| vector);
+    }
+    let mut sum = vec![0.0_f32; windows[0].1.len()];
+    for (weight, vector) in &windows {
+        sum.iter_mut().zip(vector).for_each(|(total, value)| *total += weight * value);
+    }
+    let norm = sum.iter().map(|value| value * value).sum::<f32>().sqrt().max(1e-12);
+    Some(sum.into_iter().map(|value| value / norm).collect())
 }
 
 /// Returns the path of `file` in `model_dir`, or a configuration error if it is not there.
@@ -305,6 +393,63 @@ mod tests {
             let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
             assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
         }
+    }
+
+    /// A long reply whose last sentences, far past the first 256 tokens, are about one thing.
+    fn long_reply(ending: &str) -> String {
+        let opening = "We went through the quarterly budget spreadsheet line by line, checking the travel \
+                       expenses, the office supplies and the software licences against last year. ";
+        format!("{}{ending}", opening.repeat(10))
+    }
+
+    #[tokio::test]
+    async fn long_texts_are_embedded_in_windows() {
+        let windowed = embedder();
+        static CUT: OnceLock<LocalEmbedder> = OnceLock::new();
+        let cut = CUT.get_or_init(|| LocalEmbedder::load_with_windows(Path::new(MODEL_DIR), 1).expect("loads")).clone();
+        let text = long_reply(
+            "By the way, my daughter Lena has a severe peanut allergy. She carries an EpiPen to school, her \
+             teachers know what to do if she eats peanuts by mistake, and we check every food label for nuts \
+             before we buy anything.",
+        );
+        let encoding = windowed.inner.tokenizer.encode(text.as_str(), true).expect("tokenizes");
+        let windows = windowed.inner.windows(encoding.get_ids());
+        assert_eq!(windows.len(), 2, "{} tokens", encoding.len());
+        for window in &windows {
+            assert!(window.len() <= MAX_TOKENS);
+            assert_eq!((window.first(), window.last()), (Some(&101), Some(&102)), "each window is [CLS] … [SEP]");
+        }
+        // Consecutive windows share WINDOW_OVERLAP tokens, and together cover the whole text.
+        let (first, second) = (&windows[0][1..windows[0].len() - 1], &windows[1][1..windows[1].len() - 1]);
+        assert_eq!(first[first.len() - WINDOW_OVERLAP..], second[..WINDOW_OVERLAP]);
+        assert_eq!(first.len() + second.len() - WINDOW_OVERLAP, encoding.len() - 2);
+        let query = windowed.embed("Which food allergy does the daughter have?").await.expect("embeds");
+        let whole = windowed.embed(&text).await.expect("embeds");
+        let first_window = cut.embed(&text).await.expect("embeds");
+        let (seen, unseen) = (cosine(&query, &whole), cosine(&query, &first_window));
+        assert!(seen > unseen + 0.05, "the ending moves the vector: {seen} vs {unseen}");
+        // Short texts get the model's own vector whatever the window limit.
+        let short = strings(&["I am allergic to peanuts", "hello"]);
+        assert_eq!(windowed.embed_batch(&short).await.expect("embeds"), cut.embed_batch(&short).await.expect("embeds"));
+        // Beyond the limit the rest is not embedded: a huge text costs at most `max_windows` windows.
+        let huge = "word ".repeat(20_000);
+        let encoding = windowed.inner.tokenizer.encode(huge.as_str(), true).expect("tokenizes");
+        assert_eq!(
+            windowed.inner.windows(encoding.get_ids()).len(),
+            DEFAULT_MAX_WINDOWS,
+            "tokenized only as far as needed"
+        );
+        let vector = windowed.embed(&huge).await.expect("embeds");
+        assert!((vector.iter().map(|x| x * x).sum::<f32>().sqrt() - 1.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn windows_combine_by_tokens() {
+        let combined = combine(vec![(3.0, vec![1.0, 0.0]), (1.0, vec![0.0, 1.0])]).expect("vector");
+        let expected = [3.0 / 10.0_f32.sqrt(), 1.0 / 10.0_f32.sqrt()];
+        assert!(combined.iter().zip(expected).all(|(a, b)| (a - b).abs() < 1e-6), "{combined:?}");
+        assert_eq!(combine(vec![(5.0, vec![0.6, 0.8])]), Some(vec![0.6, 0.8]), "one window as it is");
+        assert_eq!(combine(Vec::new()), None);
     }
 
     #[tokio::test]

@@ -81,11 +81,19 @@ pub struct LocalEmbedderConfig {
     /// Directory holding `model.safetensors`, `tokenizer.json` and `config.json`.
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub model_dir: std::path::PathBuf,
+    /// Most 256-token windows embedded per text (1 to 32): a longer text's vector is the mean of
+    /// its windows'; 1 cuts every text after 256 tokens (about 1,000 characters).
+    #[serde(default = "default_max_windows")]
+    pub max_windows: usize,
+}
+
+fn default_max_windows() -> usize {
+    local::DEFAULT_MAX_WINDOWS
 }
 
 impl Default for LocalEmbedderConfig {
     fn default() -> Self {
-        Self { model_dir: "models/all-MiniLM-L6-v2".into() }
+        Self { model_dir: "models/all-MiniLM-L6-v2".into(), max_windows: default_max_windows() }
     }
 }
 
@@ -97,6 +105,9 @@ impl EmbedderConfig {
     pub fn validate(&self, prefix: &str) -> Result<(), String> {
         if self.local.model_dir.as_os_str().is_empty() {
             return Err(format!("{prefix}.local.model_dir cannot be empty"));
+        }
+        if !(1..=32).contains(&self.local.max_windows) {
+            return Err(format!("{prefix}.local.max_windows must be between 1 and 32"));
         }
         self.openai.validate(&format!("{prefix}.openai"))
     }
@@ -116,8 +127,8 @@ impl EmbedderConfig {
 pub async fn build_embedder(config: &EmbedderConfig) -> Result<Arc<dyn Embedder>> {
     match config.provider {
         EmbedderProvider::Local => {
-            let model_dir = config.local.model_dir.clone();
-            let embedder = tokio::task::spawn_blocking(move || LocalEmbedder::load(&model_dir))
+            let (model_dir, windows) = (config.local.model_dir.clone(), config.local.max_windows);
+            let embedder = tokio::task::spawn_blocking(move || LocalEmbedder::load_with_windows(&model_dir, windows))
                 .await
                 .map_err(|error| crate::Error::Internal(error.to_string()))??;
             Ok(Arc::new(embedder))
