@@ -10,9 +10,14 @@ Starts the server binary (release build) on a fresh SQLite or Postgres store and
            its ADD history, and the server answers afterwards
   kill     kill -9 while 8 writers add; after a restart every acknowledged memory is there and
            every memory has its ADD history
+  search   (not in the default set) HTTP load: one user with DRILL_SEARCH_MEMORIES memories
+           (default 1,000), then dense and hybrid searches from 1, 4 and 16 clients on kept-alive
+           connections: req/s, p50/p99, and the CPU each search cost the server (and Postgres)
 
 Usage: scripts/drill.py BINARY MODEL_DIR [sqlite|pgvector ...]   (pgvector needs DATABASE_URL)
        DRILL_PHASES=cut,kill scripts/drill.py ...                   (a subset of the phases)
+       DRILL_PHASES=search scripts/drill.py ...                     (the search load alone;
+       DRILL_SEARCH_MEMORIES, DRILL_SEARCH_REQUESTS per cell, default 200)
 Rate limiting is switched off for the drill (one local principal sends thousands of writes).
 Standard library only. Prints figures; exits non-zero when a check fails.
 """
@@ -307,6 +312,79 @@ def drill_kill(server, rng):
           f"after restart, none lost, every one with its ADD history")
 
 
+def cpu_seconds(pids):
+    """User + system CPU of the processes `pids` so far (from /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / ticks
+
+
+def postgres_pids():
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as comm:
+                    if comm.read().strip() == "postgres":
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+def drill_search(server, rng):
+    memories = int(os.environ.get("DRILL_SEARCH_MEMORIES", "1000"))
+    requests_per_cell = int(os.environ.get("DRILL_SEARCH_REQUESTS", "200"))
+    started = time.perf_counter()
+    for first in range(0, memories, 50):
+        batch = [{"role": "user", "content": sentence(rng)} for _ in range(min(50, memories - first))]
+        status, body = add(server.port, "search", batch)
+        check(status == 200, f"search load: add failed: {status} {body}")
+    print(f"  search: {memories} memories for one user loaded in {time.perf_counter() - started:.1f} s")
+    queries = [" ".join(rng.sample(WORDS, 4)) + "?" for _ in range(64)]
+    for mode in ("dense", "hybrid"):
+        for clients in (1, 4, 16):
+            latencies, errors, lock = [], [], threading.Lock()
+            counter = iter(range(requests_per_cell))
+
+            def client():
+                connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+                try:
+                    for index in counter:
+                        body = json.dumps({"query": queries[index % len(queries)], "user_id": "search",
+                                           "mode": mode, "top_k": 10}).encode()
+                        began = time.perf_counter()
+                        connection.request("POST", "/search", body=body, headers={"content-type": "application/json"})
+                        response = connection.getresponse()
+                        response.read()
+                        with lock:
+                            latencies.append(time.perf_counter() - began)
+                            if response.status != 200:
+                                errors.append(response.status)
+                finally:
+                    connection.close()
+
+            pids = [server.process.pid] + (postgres_pids() if server.store == "pgvector" else [])
+            cpu_before, began = cpu_seconds(pids), time.perf_counter()
+            threads = [threading.Thread(target=client) for _ in range(clients)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            wall, cpu = time.perf_counter() - began, cpu_seconds(pids) - cpu_before
+            check(not errors, f"search load {mode} c={clients}: {errors[:3]}")
+            print(f"  search: {mode:6} c={clients:<2} {len(latencies) / wall:7.1f} req/s  "
+                  f"p50 {pct(latencies, 0.5):6.1f} ms  p99 {pct(latencies, 0.99):6.1f} ms  "
+                  f"cpu/search {cpu / max(1, len(latencies)) * 1000:5.2f} ms")
+
+
 def main():
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)
@@ -326,6 +404,8 @@ def main():
                     drill_cut(server.port, rng)
                 if "kill" in PHASES:
                     drill_kill(server, rng)
+                if "search" in PHASES:
+                    drill_search(server, rng)
             finally:
                 server.stop()
     if FAILURES:
