@@ -456,6 +456,17 @@ async fn check_entity_links(store: &dyn VectorStore) {
     let hits =
         entity_memories(store, &query("t", "u", None), &[probe("caroline", &caroline)], 0.9).await.expect("hits");
     assert_eq!(hits_for(hits), sorted(vec![(m1.id, 0), (m2.id, 0)]));
+    // The best candidate alone (both link one probe: the newer wins the tie), the counts over the
+    // scope, and the links of other memories to the same entity rows.
+    let best = store
+        .entity_candidates(&query("t", "u", None), &[probe("caroline", &caroline)], 0.9, 1)
+        .await
+        .expect("candidates");
+    assert_eq!(hits_for(best.hits), vec![(m2.id, 0)]);
+    assert_eq!(best.linked, vec![2]);
+    assert_eq!(best.matched.len(), 1, "one entity row per scope and name");
+    let links = store.entity_links(&best.matched, &[m1.id, m3.id, Uuid::now_v7()]).await.expect("links");
+    assert_eq!(hits_for(links), vec![(m1.id, 0)], "m3 is linked to the other user's row");
     // By embedding when the name differs; "Swedish Kingdom" was merged into "Sweden".
     let hits = entity_memories(
         store,

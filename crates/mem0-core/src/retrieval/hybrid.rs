@@ -131,12 +131,9 @@ impl Retriever {
             candidates.insert(hit.record.id, (hit.record, vec!["dense".to_owned()]));
         }
         let keyword_ids: Vec<Uuid> = keyword_top.iter().map(|(id, _)| *id).collect();
-        let mut entity_ids: Vec<Uuid> = Vec::new();
-        for hit in &entity_found.hits {
-            if !entity_ids.contains(&hit.memory_id) {
-                entity_ids.push(hit.memory_id);
-            }
-        }
+        let mut entity_set: HashSet<Uuid> = HashSet::new();
+        let entity_ids: Vec<Uuid> =
+            entity_found.hits.iter().map(|hit| hit.memory_id).filter(|id| entity_set.insert(*id)).collect();
         let missing: Vec<Uuid> = keyword_ids
             .iter()
             .chain(&entity_ids)
@@ -158,9 +155,9 @@ impl Retriever {
         // The entity signal of candidates the entity retriever did not bring.
         let mut entity_hits = entity_found.hits.clone();
         if !entity_found.matched.is_empty() {
-            let unlinked: Vec<Uuid> = candidates.keys().filter(|id| !entity_ids.contains(id)).copied().collect();
+            let unlinked: Vec<Uuid> = candidates.keys().filter(|id| !entity_set.contains(id)).copied().collect();
             if !unlinked.is_empty() {
-                entity_hits.extend(self.store.entity_links(&query.tenant, &entity_found.matched, &unlinked).await?);
+                entity_hits.extend(self.store.entity_links(&entity_found.matched, &unlinked).await?);
             }
         }
         let entity = EntityScores::new(EntityScores::weights(&entity_found.linked, bm25.doc_count), &entity_hits);

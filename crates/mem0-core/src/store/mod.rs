@@ -289,11 +289,15 @@ pub struct EntityHit {
     pub probe: usize,
 }
 
+/// Most (entity row, probe) pairs a search follows: bounds the statements built from them.
+pub const MAX_MATCHED_ENTITIES: usize = 1_000;
+
 /// The entity rows of a scope that match the query's entities, and the memories best linked to
 /// them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EntityCandidates {
-    /// Matching entity rows (store ids) and the probes each matches.
+    /// Matching entity rows (store ids) and the probes each matches; at most
+    /// [`MAX_MATCHED_ENTITIES`] (entity, probe) pairs.
     pub matched: Vec<(String, Vec<usize>)>,
     /// For each probe, the memories of the scope linked to an entity it matches (expiration and
     /// filters not applied, like the keyword statistics).
@@ -406,6 +410,16 @@ impl WriteSet {
             expect: self.insert.iter().chain(&self.update).map(|record| (record.id, record.updated_at)).collect(),
         }
     }
+}
+
+/// Keeps the first [`MAX_MATCHED_ENTITIES`] (entity, probe) pairs of `matched`.
+pub(crate) fn cap_matched(matched: &mut Vec<(String, Vec<usize>)>) {
+    let mut room = MAX_MATCHED_ENTITIES;
+    matched.retain_mut(|(_, probes)| {
+        probes.truncate(room);
+        room -= probes.len();
+        !probes.is_empty()
+    });
 }
 
 /// Cosine similarity of unit vectors (0 when the dimensions differ).
@@ -544,13 +558,9 @@ pub trait EntityIndex: Send + Sync {
         limit: usize,
     ) -> Result<EntityCandidates>;
 
-    /// The links of `memory_ids` (of `tenant`) to the `matched` entity rows, as hits.
-    async fn entity_links(
-        &self,
-        tenant: &str,
-        matched: &[(String, Vec<usize>)],
-        memory_ids: &[Uuid],
-    ) -> Result<Vec<EntityHit>>;
+    /// The links of `memory_ids` to the `matched` entity rows (of one scope, from
+    /// [`EntityIndex::entity_candidates`]), as hits.
+    async fn entity_links(&self, matched: &[(String, Vec<usize>)], memory_ids: &[Uuid]) -> Result<Vec<EntityHit>>;
 }
 
 /// Everything the memory service needs from a store. One SQL type implements all of the parts;

@@ -21,11 +21,11 @@ use self::codec::row_to_record;
 pub use self::import::ImportReport;
 use self::write::apply_in;
 use super::sql::{where_clause, Bind, Postgres as Pg};
+use super::{cap_matched, EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
 use super::{
     Applied, Cursor, EntityCandidates, EntityHit, EntityProbe, JournalEntry, KeywordCandidates, KeywordStats, Page,
     ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, WriteSet,
 };
-use super::{EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
 use crate::error::{Error, Result};
 use crate::retrieval::{Bm25, EntityScores};
 use crate::types::MemoryRecord;
@@ -572,10 +572,13 @@ impl EntityIndex for PgVectorStore {
         for (_, indexes) in &mut matching {
             indexes.sort_unstable();
         }
+        let mut matching: Vec<(String, Vec<usize>)> =
+            matching.into_iter().map(|(id, indexes)| (id.to_string(), indexes)).collect();
+        cap_matched(&mut matching);
         if matching.is_empty() {
             return Ok(found);
         }
-        found.matched = matching.into_iter().map(|(id, indexes)| (id.to_string(), indexes)).collect();
+        found.matched = matching;
         let (entity_ids, probe_ids) = matched_arrays(&found.matched)?;
         // Entity rows are per scope: their links are the scope's memories. With the scope's size.
         let (scope_sql, scope_binds) = where_clause(Pg, &query.scope_only(), 3).into_parts();
@@ -607,9 +610,8 @@ impl EntityIndex for PgVectorStore {
             .collect();
         // Ranked by the summed weights of the links (a memory linked to two rows one probe matches
         // counts that probe twice here, once in its score). With a metadata filter each link is
-        // checked on its memory row; otherwise only
-        // expiration can hide a memory of the scope, checked afterwards on a few more rows than
-        // needed.
+        // checked on its memory row; otherwise only expiration can hide a memory of the scope,
+        // checked afterwards on a few more rows than needed.
         let (join, filter_binds, limit_at, fetch_limit) = match &query.filter {
             Some(_) => {
                 let clause = where_clause(Pg, query, 4);
@@ -660,12 +662,7 @@ impl EntityIndex for PgVectorStore {
         Ok(found)
     }
 
-    async fn entity_links(
-        &self,
-        _tenant: &str,
-        matched: &[(String, Vec<usize>)],
-        memory_ids: &[Uuid],
-    ) -> Result<Vec<EntityHit>> {
+    async fn entity_links(&self, matched: &[(String, Vec<usize>)], memory_ids: &[Uuid]) -> Result<Vec<EntityHit>> {
         if matched.is_empty() || memory_ids.is_empty() {
             return Ok(Vec::new());
         }

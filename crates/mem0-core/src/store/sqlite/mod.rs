@@ -30,11 +30,11 @@ use self::cache::{SharedVector, VectorCache};
 use self::codec::{decode_embedding, from_micros, micros, row_to_record};
 use self::write::{apply_in, scope_entities, settle_in};
 use super::sql::{where_clause, Bind, Sqlite};
+use super::{cap_matched, EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
 use super::{
     cosine, dot, Applied, Cursor, EntityCandidates, EntityHit, EntityProbe, JournalEntry, KeywordCandidates,
     KeywordStats, Page, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, WriteSet,
 };
-use super::{EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
 use crate::error::{Error, Result};
 use crate::retrieval::{Bm25, EntityScores};
 use crate::types::MemoryRecord;
@@ -642,6 +642,7 @@ impl EntityIndex for SqliteStore {
                 found.matched.push((id, matching));
             }
         }
+        cap_matched(&mut found.matched);
         if found.matched.is_empty() {
             return Ok(found);
         }
@@ -667,9 +668,8 @@ impl EntityIndex for SqliteStore {
         let (values, _) = matched_values(&found.matched, Some(&weights));
         // Ranked by the summed weights of the links (a memory linked to two rows one probe matches
         // counts that probe twice here, once in its score). With a metadata filter each link is
-        // checked on its memory row; otherwise only
-        // expiration can hide a memory of the scope, checked afterwards on a few more rows than
-        // needed.
+        // checked on its memory row; otherwise only expiration can hide a memory of the scope,
+        // checked afterwards on a few more rows than needed.
         let (join, filter_sql, filter_binds, fetch_limit) = match &query.filter {
             Some(_) => {
                 let (sql, binds) = where_clause(Sqlite, query, 1).into_parts();
@@ -716,12 +716,7 @@ impl EntityIndex for SqliteStore {
         Ok(found)
     }
 
-    async fn entity_links(
-        &self,
-        _tenant: &str,
-        matched: &[(String, Vec<usize>)],
-        memory_ids: &[Uuid],
-    ) -> Result<Vec<EntityHit>> {
+    async fn entity_links(&self, matched: &[(String, Vec<usize>)], memory_ids: &[Uuid]) -> Result<Vec<EntityHit>> {
         let mut hits = Vec::new();
         if matched.is_empty() {
             return Ok(hits);
