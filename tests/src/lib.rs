@@ -119,6 +119,7 @@ pub struct TestServer {
     pub database: Option<TestDatabase>,
     _dir: tempfile::TempDir,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for TestServer {
@@ -166,7 +167,7 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
+        let served = tokio::spawn(async move {
             let _ = mem0_server::serve(listener, state, async {
                 let _ = stopped.await;
             })
@@ -180,7 +181,17 @@ impl TestServer {
             database,
             _dir: dir,
             shutdown: Some(shutdown),
+            served: Some(served),
         }
+    }
+
+    /// Sends the shutdown signal (what SIGTERM does) and returns the serving task, which ends
+    /// once the server has stopped.
+    pub fn begin_shutdown(&mut self) -> tokio::task::JoinHandle<()> {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        self.served.take().expect("the server was not shut down before")
     }
 
     /// Waits until the request log holds every request answered so far (it is written in the

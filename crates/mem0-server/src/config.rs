@@ -58,6 +58,11 @@ pub struct ServerSettings {
     /// while authentication is disabled (DNS rebinding); checked with authentication on when set.
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// After a shutdown signal, seconds during which `/ready` answers 503 `draining` while every
+    /// request is still served (so a load balancer stops sending before the listener closes).
+    pub drain_delay_secs: u64,
+    /// Then, seconds in-flight requests get to finish before the process exits anyway.
+    pub shutdown_grace_secs: u64,
 }
 
 /// Logging.
@@ -210,6 +215,16 @@ impl Settings {
             server.body_read_timeout_secs
         );
         anyhow::ensure!(
+            server.drain_delay_secs <= 600,
+            "server.drain_delay_secs must be at most 600, got {}",
+            server.drain_delay_secs
+        );
+        anyhow::ensure!(
+            (1..=3600).contains(&server.shutdown_grace_secs),
+            "server.shutdown_grace_secs must be between 1 and 3600, got {}",
+            server.shutdown_grace_secs
+        );
+        anyhow::ensure!(
             (1..=100_000).contains(&server.concurrency_limit),
             "server.concurrency_limit must be between 1 and 100000, got {}",
             server.concurrency_limit
@@ -273,6 +288,12 @@ mod tests {
         writeln!(file, "[server]\nrequest_timeout_secs = 0").expect("write");
         let error = Settings::load_with_env(Some(file.path()), env(&[]), |_| None).expect_err("invalid");
         assert!(error.to_string().contains("server.request_timeout_secs"), "{error}");
+        for (key, value) in [("drain_delay_secs", "601"), ("shutdown_grace_secs", "0")] {
+            let mut file = tempfile::NamedTempFile::new().expect("temp");
+            writeln!(file, "[server]\n{key} = {value}").expect("write");
+            let error = Settings::load_with_env(Some(file.path()), env(&[]), |_| None).expect_err("invalid");
+            assert!(error.to_string().contains(&format!("server.{key}")), "{error}");
+        }
 
         let mut file = tempfile::NamedTempFile::new().expect("temp");
         writeln!(file, "[server]\nbindd = \"x\"").expect("write");

@@ -72,6 +72,8 @@ pub enum ErrorCode {
     ProviderBadResponse,
     /// A store could not be reached.
     StoreUnavailable,
+    /// The server is shutting down (`/ready` while draining); send requests to another replica.
+    Draining,
     /// The request took longer than the configured timeout.
     RequestTimeout,
     /// The request body did not arrive within `server.body_read_timeout_secs` (408).
@@ -102,7 +104,7 @@ impl ErrorCode {
             Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Self::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
             Self::ProviderAuthFailed | Self::ProviderBadRequest | Self::ProviderBadResponse => StatusCode::BAD_GATEWAY,
-            Self::ProviderRateLimited | Self::ProviderUnavailable | Self::StoreUnavailable => {
+            Self::ProviderRateLimited | Self::ProviderUnavailable | Self::StoreUnavailable | Self::Draining => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             Self::ProviderTimeout | Self::RequestTimeout => StatusCode::GATEWAY_TIMEOUT,

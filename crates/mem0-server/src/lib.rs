@@ -18,6 +18,7 @@ pub mod request_log;
 pub mod routes;
 pub mod state;
 
+use std::future::IntoFuture as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -179,10 +180,15 @@ pub async fn assemble_state(memory: Memory, settings: Settings) -> anyhow::Resul
         request_log,
         requests,
         api_keys,
+        draining: Arc::default(),
     })
 }
 
-/// Serves `state` on `listener` until `shutdown` completes, then drains in-flight requests.
+/// Serves `state` on `listener` until `shutdown` completes, then rolls out gracefully: `/ready`
+/// answers 503 `draining` at once while requests are still served for
+/// `server.drain_delay_secs`; then the listener closes and in-flight requests get
+/// `server.shutdown_grace_secs` to finish before this returns anyway. (A write cut off by the
+/// deadline is not half-done: each write is one transaction.)
 ///
 /// # Errors
 /// I/O errors of the listener.
@@ -191,7 +197,36 @@ pub async fn serve(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(state).into_make_service_with_connect_info::<std::net::SocketAddr>())
-        .with_graceful_shutdown(shutdown)
-        .await
+    let draining = Arc::clone(&state.draining);
+    let delay = Duration::from_secs(state.settings.server.drain_delay_secs);
+    let grace = Duration::from_secs(state.settings.server.shutdown_grace_secs);
+    let closing = Arc::new(tokio::sync::Notify::new());
+    let closed = Arc::clone(&closing);
+    let signal = async move {
+        shutdown.await;
+        draining.store(true, std::sync::atomic::Ordering::SeqCst);
+        if !delay.is_zero() {
+            tracing::info!(
+                delay_secs = delay.as_secs(),
+                "draining: /ready answers 503; still serving until the delay ends"
+            );
+            tokio::time::sleep(delay).await;
+        }
+        tracing::info!(grace_secs = grace.as_secs(), "no longer accepting connections; finishing requests in flight");
+        closed.notify_one();
+    };
+    let server = axum::serve(listener, app(state).into_make_service_with_connect_info::<std::net::SocketAddr>())
+        .with_graceful_shutdown(signal)
+        .into_future();
+    let deadline = async {
+        closing.notified().await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        served = server => served,
+        () = deadline => {
+            tracing::warn!(grace_secs = grace.as_secs(), "shutdown grace period over: requests still in flight are cut off");
+            Ok(())
+        }
+    }
 }

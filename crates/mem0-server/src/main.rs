@@ -135,5 +135,5 @@ async fn shutdown_signal() {
         () = ctrl_c => {},
         () = terminate => {},
     }
-    tracing::info!("shutting down: draining in-flight requests");
+    tracing::info!("shutdown signal received");
 }

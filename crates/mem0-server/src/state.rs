@@ -56,6 +56,8 @@ pub struct AppState {
     pub requests: RequestLog,
     /// The API keys.
     pub api_keys: ApiKeys,
+    /// Set when a shutdown began: `/ready` answers 503 `draining` from then on.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AppState {

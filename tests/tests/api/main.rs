@@ -14,6 +14,7 @@ mod pagination;
 mod pgvector;
 mod reindex;
 mod rerank;
+mod rollout;
 mod search;
 mod security;
 mod startup;

@@ -6,7 +6,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::{ApiError, AppJson, ErrorBody};
+use crate::error::{ApiError, AppJson, ErrorBody, ErrorCode};
 use crate::state::AppState;
 
 pub(super) fn router() -> OpenApiRouter<AppState> {
@@ -33,10 +33,13 @@ pub async fn health() -> AppJson<StatusResponse> {
     tag = "health",
     responses(
         (status = 200, description = "Ready", body = StatusResponse),
-        (status = 503, description = "A store is unavailable", body = ErrorBody),
+        (status = 503, description = "A store is unavailable (`store_unavailable`), or the server is shutting down (`draining`)", body = ErrorBody),
     )
 )]
 pub async fn ready(State(state): State<AppState>) -> Result<AppJson<StatusResponse>, ApiError> {
+    if state.draining.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(ApiError::new(ErrorCode::Draining, "shutting down: send requests to another replica"));
+    }
     state.memory().ready().await?;
     Ok(AppJson(StatusResponse { status: "ready".to_owned() }))
 }
