@@ -506,6 +506,27 @@ async fn check_entity_links(store: &dyn VectorStore) {
         .await
         .expect("hits")
         .is_empty());
+    // An expired memory is linked (and counted for the weights) but never a candidate unless
+    // expired memories are asked for, however many there are ahead of the live one.
+    let expired: Vec<MemoryRecord> = (0..5)
+        .map(|index| {
+            let mut memory = record("t", "u", &format!("Caroline, long ago {index}"), v.clone(), json!({}), 10 + index);
+            memory.expiration_date = NaiveDate::from_ymd_opt(2000, 1, 1);
+            memory
+        })
+        .collect();
+    insert(store, &expired).await.expect("insert expired");
+    let links: Vec<EntityLink> = expired.iter().map(|memory| link(memory, "Caroline", &caroline)).collect();
+    relink(store, &links, &[], 0.95).await.expect("link expired");
+    let live = store
+        .entity_candidates(&query("t", "u", None), &[probe("caroline", &caroline)], 0.9, 1)
+        .await
+        .expect("candidates");
+    assert_eq!(hits_for(live.hits), vec![(m1.id, 0)], "the newer expired memories are skipped");
+    assert_eq!(live.linked, vec![6], "counts include expired memories, like the keyword statistics");
+    let all = ScopedQuery { show_expired: true, ..query("t", "u", None) };
+    let with_expired = entity_memories(store, &all, &[probe("caroline", &caroline)], 0.9).await.expect("hits");
+    assert_eq!(with_expired.len(), 6);
 }
 
 /// A write commits rows, links and journal entries together or not at all; its inverse restores

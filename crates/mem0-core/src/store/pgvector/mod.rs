@@ -612,14 +612,14 @@ impl EntityIndex for PgVectorStore {
         // counts that probe twice here, once in its score). With a metadata filter each link is
         // checked on its memory row; otherwise only expiration can hide a memory of the scope,
         // checked afterwards on a few more rows than needed.
-        let (join, filter_binds, limit_at, fetch_limit) = match &query.filter {
+        let (join, filter_binds, limit_at) = match &query.filter {
             Some(_) => {
                 let clause = where_clause(Pg, query, 4);
                 let limit_at = clause.next_index();
                 let (sql, binds) = clause.into_parts();
-                (format!(" join memories on memories.id = l.memory_id where {sql}"), binds, limit_at, limit)
+                (format!(" join memories on memories.id = l.memory_id where {sql}"), binds, limit_at)
             }
-            None => (String::new(), Vec::new(), 4, if query.show_expired { limit } else { limit * 2 }),
+            None => (String::new(), Vec::new(), 4),
         };
         let statement = format!(
             "select l.memory_id, sum(m.weight) as score, array_agg(m.probe) \
@@ -627,29 +627,40 @@ impl EntityIndex for PgVectorStore {
              join memory_entity_links l on l.entity_id = m.entity_id{join} \
              group by l.memory_id order by score desc, l.memory_id desc limit ${limit_at}"
         );
-        let fetch = sqlx::query(&statement).bind(&entity_ids).bind(&probe_ids).bind(&probe_weights);
-        let rows = bind_all(fetch, &filter_binds)
-            .bind(i64::try_from(fetch_limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await?;
-        let mut ranked: Vec<(Uuid, Vec<i32>)> =
-            rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(2)?))).collect::<Result<Vec<_>>>()?;
-        if query.filter.is_none() && !query.show_expired && !ranked.is_empty() {
-            let ids: Vec<Uuid> = ranked.iter().map(|(id, _)| *id).collect();
-            let live: std::collections::HashSet<Uuid> = sqlx::query_scalar(
-                "select id from memories where id = any($1::uuid[]) and tenant = $2 \
-                 and (expiration_date is null or expiration_date >= $3)",
-            )
-            .bind(&ids)
-            .bind(&query.tenant)
-            .bind(query.today)
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .collect();
-            ranked.retain(|(id, _)| live.contains(id));
-            ranked.truncate(limit);
-        }
+        let check_expiration = query.filter.is_none() && !query.show_expired;
+        // Without the expiration check one pass; with it, passes of 2, 8, 32… × limit until
+        // enough live memories are found or the links are exhausted.
+        let mut fetch_limit = if check_expiration { limit * 2 } else { limit };
+        let ranked = loop {
+            let fetch = sqlx::query(&statement).bind(&entity_ids).bind(&probe_ids).bind(&probe_weights);
+            let rows = bind_all(fetch, &filter_binds)
+                .bind(i64::try_from(fetch_limit).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await?;
+            let mut ranked: Vec<(Uuid, Vec<i32>)> =
+                rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(2)?))).collect::<Result<Vec<_>>>()?;
+            let exhausted = ranked.len() < fetch_limit;
+            if check_expiration && !ranked.is_empty() {
+                let ids: Vec<Uuid> = ranked.iter().map(|(id, _)| *id).collect();
+                let live: std::collections::HashSet<Uuid> = sqlx::query_scalar(
+                    "select id from memories where id = any($1::uuid[]) and tenant = $2 \
+                     and (expiration_date is null or expiration_date >= $3)",
+                )
+                .bind(&ids)
+                .bind(&query.tenant)
+                .bind(query.today)
+                .fetch_all(&self.pool)
+                .await?
+                .into_iter()
+                .collect();
+                ranked.retain(|(id, _)| live.contains(id));
+            }
+            if !check_expiration || ranked.len() >= limit || exhausted {
+                ranked.truncate(limit);
+                break ranked;
+            }
+            fetch_limit = fetch_limit.saturating_mul(4);
+        };
         for (memory_id, mut probes) in ranked {
             probes.sort_unstable();
             probes.dedup();

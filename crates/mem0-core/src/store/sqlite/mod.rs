@@ -492,6 +492,31 @@ impl VectorIndex for SqliteStore {
 }
 
 impl SqliteStore {
+    /// Those of `ranked` (memories of `tenant`) that have not expired by `today`.
+    async fn live(
+        &self,
+        tenant: &str,
+        ranked: &[(Uuid, Vec<usize>)],
+        today: chrono::NaiveDate,
+    ) -> Result<std::collections::HashSet<Uuid>> {
+        let mut live = std::collections::HashSet::new();
+        for chunk in ranked.chunks(FETCH_CHUNK) {
+            let placeholders = vec!["?"; chunk.len()].join(", ");
+            let statement = format!(
+                "select id from memories where +tenant = ? and id in ({placeholders}) \
+                 and (expiration_date is null or expiration_date >= ?)"
+            );
+            let mut fetch = sqlx::query_scalar::<_, String>(&statement).bind(tenant);
+            for (id, _) in chunk {
+                fetch = fetch.bind(id.to_string());
+            }
+            for id in fetch.bind(today.format("%Y-%m-%d").to_string()).fetch_all(&self.pool).await? {
+                live.insert(parse_id(&id)?);
+            }
+        }
+        Ok(live)
+    }
+
     /// Memories in the query's scope and their total analysed length (kept by triggers).
     async fn scope_stats(&self, query: &ScopedQuery) -> Result<(u64, f64)> {
         let (sql, binds) = where_clause(Sqlite, &query.scope_only(), 1).into_parts();
@@ -670,45 +695,42 @@ impl EntityIndex for SqliteStore {
         // counts that probe twice here, once in its score). With a metadata filter each link is
         // checked on its memory row; otherwise only expiration can hide a memory of the scope,
         // checked afterwards on a few more rows than needed.
-        let (join, filter_sql, filter_binds, fetch_limit) = match &query.filter {
+        let (join, filter_sql, filter_binds) = match &query.filter {
             Some(_) => {
                 let (sql, binds) = where_clause(Sqlite, query, 1).into_parts();
-                (" cross join memories on memories.id = l.memory_id", format!(" where {sql}"), binds, limit)
+                (" cross join memories on memories.id = l.memory_id", format!(" where {sql}"), binds)
             }
-            None => ("", String::new(), Vec::new(), if query.show_expired { limit } else { limit * 2 }),
+            None => ("", String::new(), Vec::new()),
         };
         let statement = format!(
             "{values} select l.memory_id, sum(m.weight) as score, group_concat(m.probe) from m \
              join memory_entity_links l on l.entity_id = m.entity_id{join}{filter_sql} \
              group by l.memory_id order by score desc, l.memory_id desc limit ?"
         );
-        let fetch = bind_matched(sqlx::query(&statement), &found.matched, Some(&weights));
-        let fetch = bind_all(fetch, &filter_binds).bind(i64::try_from(fetch_limit).unwrap_or(i64::MAX));
-        let mut ranked: Vec<(Uuid, Vec<usize>)> = Vec::new();
-        for row in fetch.fetch_all(&self.pool).await? {
-            let id: String = row.try_get(0)?;
-            let probes: String = row.try_get(2)?;
-            ranked.push((parse_id(&id)?, parse_probes(&probes)));
-        }
-        if query.filter.is_none() && !query.show_expired && !ranked.is_empty() {
-            let placeholders = vec!["?"; ranked.len()].join(", ");
-            let statement = format!(
-                "select id from memories where +tenant = ? and id in ({placeholders}) \
-                 and (expiration_date is null or expiration_date >= ?)"
-            );
-            let mut fetch = sqlx::query_scalar::<_, String>(&statement).bind(&query.tenant);
-            for (id, _) in &ranked {
-                fetch = fetch.bind(id.to_string());
+        let check_expiration = query.filter.is_none() && !query.show_expired;
+        // Without the expiration check one pass; with it, passes of 2, 8, 32… × limit until
+        // enough live memories are found or the links are exhausted.
+        let mut fetch_limit = if check_expiration { limit * 2 } else { limit };
+        let ranked = loop {
+            let fetch = bind_matched(sqlx::query(&statement), &found.matched, Some(&weights));
+            let fetch = bind_all(fetch, &filter_binds).bind(i64::try_from(fetch_limit).unwrap_or(i64::MAX));
+            let mut ranked: Vec<(Uuid, Vec<usize>)> = Vec::new();
+            for row in fetch.fetch_all(&self.pool).await? {
+                let id: String = row.try_get(0)?;
+                let probes: String = row.try_get(2)?;
+                ranked.push((parse_id(&id)?, parse_probes(&probes)));
             }
-            let live: std::collections::HashSet<String> = fetch
-                .bind(query.today.format("%Y-%m-%d").to_string())
-                .fetch_all(&self.pool)
-                .await?
-                .into_iter()
-                .collect();
-            ranked.retain(|(id, _)| live.contains(&id.to_string()));
-            ranked.truncate(limit);
-        }
+            let exhausted = ranked.len() < fetch_limit;
+            if check_expiration {
+                let live = self.live(&query.tenant, &ranked, query.today).await?;
+                ranked.retain(|(id, _)| live.contains(id));
+            }
+            if !check_expiration || ranked.len() >= limit || exhausted {
+                ranked.truncate(limit);
+                break ranked;
+            }
+            fetch_limit = fetch_limit.saturating_mul(4);
+        };
         found.hits = ranked
             .into_iter()
             .flat_map(|(memory_id, probes)| probes.into_iter().map(move |probe| EntityHit { memory_id, probe }))
