@@ -123,12 +123,8 @@ fn add_request(user: &str, text: String) -> AddRequest {
     AddRequest {
         scope: Scope { user_id: Some(user.to_owned()), agent_id: None, run_id: None },
         messages: vec![Message { role: "assistant".to_owned(), content: text, name: None }],
-        metadata: serde_json::Map::new(),
-        expiration_date: None,
         infer: false,
-        memory_type: None,
-        prompt: None,
-        timestamp: None,
+        ..AddRequest::default()
     }
 }
 

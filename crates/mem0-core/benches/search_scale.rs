@@ -159,12 +159,8 @@ fn verbatim(user: &str, texts: Vec<String>) -> AddRequest {
     AddRequest {
         scope: scope(user),
         messages: texts.into_iter().map(|content| Message { role: "user".to_owned(), content, name: None }).collect(),
-        metadata: serde_json::Map::new(),
-        expiration_date: None,
         infer: false,
-        memory_type: None,
-        prompt: None,
-        timestamp: None,
+        ..AddRequest::default()
     }
 }
 

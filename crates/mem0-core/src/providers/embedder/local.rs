@@ -266,7 +266,7 @@ impl Inner {
     /// [`MAX_TOKENS`], else windows of that size overlapping by [`WINDOW_OVERLAP`] tokens, at
     /// most `max_windows`, each opened and closed by `[CLS]` and `[SEP]` again.
     fn windows(&self, ids: &[u32]) -> Vec<Vec<u32>> {
-        if ids.len() <= MAX_TOKENS || ids.len() < 2 {
+        if ids.len() <= MAX_TOKENS {
             return vec![ids.to_vec()];
         }
         let content = &ids[1..ids.len() - 1];

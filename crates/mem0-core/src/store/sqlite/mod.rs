@@ -610,11 +610,11 @@ fn parse_id(id: &str) -> Result<Uuid> {
 }
 
 /// `with m(entity_id, probe[, weight]) as (values …)` for matched entity rows.
-fn matched_values(matched: &[(String, Vec<usize>)], weights: Option<&[f64]>) -> (String, usize) {
+fn matched_values(matched: &[(String, Vec<usize>)], weights: Option<&[f64]>) -> String {
     let row = if weights.is_some() { "(?, ?, ?)" } else { "(?, ?)" };
     let count: usize = matched.iter().map(|(_, probes)| probes.len()).sum();
     let columns = if weights.is_some() { "entity_id, probe, weight" } else { "entity_id, probe" };
-    (format!("with m({columns}) as (values {})", vec![row; count].join(", ")), count)
+    format!("with m({columns}) as (values {})", vec![row; count].join(", "))
 }
 
 fn bind_matched<'q>(
@@ -672,15 +672,20 @@ impl EntityIndex for SqliteStore {
             return Ok(found);
         }
         drop(connection);
-        // Entity rows are per scope: their links are the scope's memories.
-        let (values, _) = matched_values(&found.matched, None);
+        // Entity rows are per scope: their links are the scope's memories. With the scope's size.
+        let values = matched_values(&found.matched, None);
+        let (scope_sql, scope_binds) = where_clause(Sqlite, &query.scope_only(), 1).into_parts();
         let statement = format!(
-            "{values} select m.probe, count(distinct l.memory_id) from m \
+            "{values} select m.probe, count(distinct l.memory_id), \
+             (select coalesce(sum(docs), 0) from keyword_stats where {scope_sql}) from m \
              join memory_entity_links l on l.entity_id = m.entity_id group by m.probe"
         );
-        for row in bind_matched(sqlx::query(&statement), &found.matched, None).fetch_all(&self.pool).await? {
+        let fetch = bind_all(bind_matched(sqlx::query(&statement), &found.matched, None), &scope_binds);
+        let mut doc_count = 0;
+        for row in fetch.fetch_all(&self.pool).await? {
             let probe: i64 = row.try_get(0)?;
             let count: i64 = row.try_get(1)?;
+            doc_count = u64::try_from(row.try_get::<i64, _>(2)?).unwrap_or(0);
             if let Some(slot) = usize::try_from(probe).ok().and_then(|probe| found.linked.get_mut(probe)) {
                 *slot = u64::try_from(count).unwrap_or(0);
             }
@@ -688,9 +693,8 @@ impl EntityIndex for SqliteStore {
         if limit == 0 {
             return Ok(found);
         }
-        let (doc_count, _) = self.scope_stats(query).await?;
         let weights = EntityScores::weights(&found.linked, doc_count);
-        let (values, _) = matched_values(&found.matched, Some(&weights));
+        let values = matched_values(&found.matched, Some(&weights));
         // Ranked by the summed weights of the links (a memory linked to two rows one probe matches
         // counts that probe twice here, once in its score). With a metadata filter each link is
         // checked on its memory row; otherwise only expiration can hide a memory of the scope,
@@ -743,7 +747,7 @@ impl EntityIndex for SqliteStore {
         if matched.is_empty() {
             return Ok(hits);
         }
-        let (values, _) = matched_values(matched, None);
+        let values = matched_values(matched, None);
         for chunk in memory_ids.chunks(FETCH_CHUNK) {
             let placeholders = vec!["?"; chunk.len()].join(", ");
             let statement = format!(
