@@ -2,7 +2,8 @@
 # Fuzzes the running server against the committed OpenAPI document with schemathesis (PyPI):
 # generated and mutated requests for every operation except /configure, checking for server
 # errors, response-schema violations, undocumented status codes, content types and headers.
-# Runs the debug server on the embedded default (and on Postgres when DATABASE_URL is set) as
+# Runs the debug server on the embedded default (and, when DATABASE_URL is set, on Postgres with
+# the history there too, as replicas run) as
 # in production (authentication on, the bootstrap admin key; rate limits high enough not to
 # interfere), in a throwaway data directory.
 # Usage: scripts/schemathesis.sh [EXTRA schemathesis ARGS]
@@ -26,7 +27,9 @@ for store in "${stores[@]}"; do
   data=$(mktemp -d "${TMPDIR:-/tmp}/mem0-rs-schemathesis.XXXXXX")
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   pg_url=${DATABASE_URL:-}
+  history=sqlite
   if [[ $store == pgvector ]]; then
+    history=postgres
     db="mem0_schemathesis_$$"
     "${MEM0_PG_BIN:+$MEM0_PG_BIN/}psql" -q -d "$DATABASE_URL" -c "drop database if exists $db" -c "create database $db" >/dev/null
     pg_url="${DATABASE_URL%/*}/$db"
@@ -43,6 +46,7 @@ for store in "${stores[@]}"; do
     MEM0__SERVER__BIND="127.0.0.1:$port" \
     MEM0__MEMORY__VECTOR_STORE__PROVIDER="$store" \
     MEM0__MEMORY__VECTOR_STORE__SQLITE__PATH="$data/memories.db" \
+    MEM0__MEMORY__HISTORY__PROVIDER="$history" \
     MEM0__MEMORY__HISTORY__PATH="$data/history.db" \
     MEM0__CONFIGURE__STATE_PATH="$data/runtime-config.json" \
     DATABASE_URL="$pg_url" \
@@ -53,7 +57,7 @@ for store in "${stores[@]}"; do
     kill -0 "$server" 2>/dev/null || { cat "$data/server.log" >&2; exit 1; }
     sleep 0.5
   done
-  echo "== schemathesis against the $store store (log: $data/server.log)"
+  echo "== schemathesis against the $store store, $history history (log: $data/server.log)"
   if ! "$venv/bin/schemathesis" --no-color run openapi/openapi.json \
       --url "http://127.0.0.1:$port" \
       --header "X-API-Key: $admin_key" \

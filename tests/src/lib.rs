@@ -44,18 +44,31 @@ pub fn test_settings() -> Settings {
     Settings::load_with_env(None, environment, |_| None).expect("default settings")
 }
 
-/// Which vector store a test server runs on.
+/// Which stores a test server runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreKind {
-    /// The embedded SQLite store in the server's temp dir.
+    /// The embedded SQLite store and the SQLite history volume in the server's temp dir.
     Sqlite,
-    /// Postgres + pgvector: a fresh database in the test Postgres (`DATABASE_URL`).
+    /// Postgres + pgvector (a fresh database in the test Postgres, `DATABASE_URL`), history in
+    /// the SQLite volume.
     Pgvector,
+    /// Everything in one fresh Postgres database: the pgvector store and the history
+    /// (`memory.history.provider = "postgres"`), as replicas run.
+    Postgres,
 }
 
 impl StoreKind {
-    /// Both stores, for tests that must hold on each.
-    pub const ALL: [StoreKind; 2] = [StoreKind::Sqlite, StoreKind::Pgvector];
+    /// Every set-up, for tests that must hold on each.
+    pub const ALL: [StoreKind; 3] = [StoreKind::Sqlite, StoreKind::Pgvector, StoreKind::Postgres];
+
+    /// The set-up of servers started without naming one: `MEM0_TEST_STACK=postgres` runs the
+    /// suite on [`StoreKind::Postgres`] (CI runs it both ways), anything else on SQLite.
+    pub fn default_for_tests() -> Self {
+        match std::env::var("MEM0_TEST_STACK").as_deref() {
+            Ok("postgres") => StoreKind::Postgres,
+            _ => StoreKind::Sqlite,
+        }
+    }
 }
 
 /// An empty database in the test Postgres (`DATABASE_URL`, started by `scripts/test.sh`),
@@ -115,8 +128,11 @@ pub struct TestServer {
     /// Where the SQLite files live.
     pub data_dir: PathBuf,
     request_log: mem0_server::request_log::RequestLogWriter,
-    /// The Postgres database of a pgvector server (dropped with the server).
+    /// The Postgres database of a pgvector server (dropped with the server; `None` for a
+    /// replica, which uses the first server's).
     pub database: Option<TestDatabase>,
+    /// Which stores it runs on.
+    pub kind: StoreKind,
     _dir: tempfile::TempDir,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<()>>,
@@ -137,29 +153,62 @@ impl TestServer {
     }
 
     /// Starts a server with `settings` (store paths are replaced by a temp dir; the LLM is built
-    /// from `settings.memory.llm`) and `embedder`.
+    /// from `settings.memory.llm`) and `embedder`, on [`StoreKind::default_for_tests`].
     pub async fn start_with(settings: Settings, embedder: Arc<dyn Embedder>) -> Self {
-        Self::start_on(StoreKind::Sqlite, settings, embedder).await
+        Self::start_on(StoreKind::default_for_tests(), settings, embedder).await
     }
 
     /// Like [`TestServer::start_with`], on the given vector store (pgvector: a fresh database in
     /// the test Postgres).
-    pub async fn start_on(kind: StoreKind, mut settings: Settings, embedder: Arc<dyn Embedder>) -> Self {
+    pub async fn start_on(kind: StoreKind, settings: Settings, embedder: Arc<dyn Embedder>) -> Self {
+        let database = match kind {
+            StoreKind::Sqlite => None,
+            StoreKind::Pgvector | StoreKind::Postgres => Some(TestDatabase::create().await),
+        };
+        let url = database.as_ref().map(|database| database.url.clone());
+        let mut server = Self::start_in(kind, url, settings, embedder).await;
+        server.database = database;
+        server
+    }
+
+    /// A second replica of this server (which must run on [`StoreKind::Postgres`]): its own
+    /// process state (pools, caches, rate limits, runtime configuration), the same database.
+    pub async fn start_replica(&self, settings: Settings, embedder: Arc<dyn Embedder>) -> Self {
+        assert_eq!(self.kind, StoreKind::Postgres, "replicas share everything through Postgres");
+        let url = self.database.as_ref().map(|database| database.url.clone());
+        Self::start_in(StoreKind::Postgres, url, settings, embedder).await
+    }
+
+    async fn start_in(
+        kind: StoreKind,
+        database_url: Option<String>,
+        mut settings: Settings,
+        embedder: Arc<dyn Embedder>,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let data_dir = dir.path().to_path_buf();
         settings.configure.state_path = data_dir.join("runtime-config.json");
-        let database = match kind {
-            StoreKind::Sqlite => None,
-            StoreKind::Pgvector => Some(TestDatabase::create().await),
-        };
-        let store: Arc<dyn VectorStore> = match &database {
-            None => Arc::new(SqliteStore::open(&data_dir.join("memories.db")).await.expect("open store")),
-            Some(database) => {
+        let volume_path = data_dir.join("history.db");
+        let volume = || HistoryStore::open(&volume_path);
+        let (store, history): (Arc<dyn VectorStore>, HistoryStore) = match &database_url {
+            None => (
+                Arc::new(SqliteStore::open(&data_dir.join("memories.db")).await.expect("open store")),
+                volume().await.expect("open history"),
+            ),
+            Some(url) => {
                 let config = PgVectorConfig { max_connections: 4, ..PgVectorConfig::default() };
-                Arc::new(PgVectorStore::connect(&database.url, &config).await.expect("connect to the test postgres"))
+                let store = PgVectorStore::connect(url, &config).await.expect("connect to the test postgres");
+                settings.memory.vector_store.provider = mem0_core::VectorStoreProvider::Pgvector;
+                settings.memory.vector_store.pgvector.url = Some(url.clone().into());
+                let history = if kind == StoreKind::Postgres {
+                    settings.memory.history.provider = mem0_core::HistoryProvider::Postgres;
+                    HistoryStore::in_postgres(&store)
+                } else {
+                    volume().await.expect("open history")
+                };
+                (Arc::new(store), history)
             }
         };
-        let history = HistoryStore::open(&data_dir.join("history.db")).await.expect("open history");
         // The composition root of the server, with this test's stores and embedder.
         let memory = Memory::assemble(store, history, embedder, &settings.memory).await.expect("memory service");
         let state = mem0_server::assemble_state(memory, settings).await.expect("server state");
@@ -178,10 +227,48 @@ impl TestServer {
             client: reqwest::Client::new(),
             data_dir,
             request_log,
-            database,
+            database: None,
+            kind,
             _dir: dir,
             shutdown: Some(shutdown),
             served: Some(served),
+        }
+    }
+
+    /// The default test settings pointed at this server's stores, as a restart would load them
+    /// (before the persisted runtime configuration is applied).
+    pub fn restart_settings(&self) -> Settings {
+        let mut settings = test_settings();
+        settings.configure.state_path = self.data_dir.join("runtime-config.json");
+        if let Some(database) = &self.database {
+            settings.memory.vector_store.provider = mem0_core::VectorStoreProvider::Pgvector;
+            settings.memory.vector_store.pgvector.url = Some(database.url.clone().into());
+            if self.kind == StoreKind::Postgres {
+                settings.memory.history.provider = mem0_core::HistoryProvider::Postgres;
+            }
+        }
+        settings
+    }
+
+    /// Runs SQL on this server's history database, as an operator (or a failing disk) would:
+    /// `sqlite` on the history volume, or `postgres` when the history is in Postgres. Returns the
+    /// first column of the first row returned, as text, if any.
+    pub async fn history_sql(&self, sqlite: &str, postgres: &str) -> Option<String> {
+        use sqlx::Row as _;
+        match (&self.database, self.kind) {
+            (Some(database), StoreKind::Postgres) => {
+                let pool = sqlx::PgPool::connect(&database.url).await.expect("connect to the history database");
+                let rows = sqlx::raw_sql(postgres).fetch_all(&pool).await.expect("history sql");
+                pool.close().await;
+                rows.first().map(|row| row.try_get_unchecked::<String, _>(0).expect("text column"))
+            }
+            _ => {
+                let url = format!("sqlite://{}", self.data_dir.join("history.db").display());
+                let pool = sqlx::SqlitePool::connect(&url).await.expect("open the history volume");
+                let rows = sqlx::raw_sql(sqlite).fetch_all(&pool).await.expect("history sql");
+                pool.close().await;
+                rows.first().map(|row| row.try_get_unchecked::<String, _>(0).expect("text column"))
+            }
         }
     }
 

@@ -1,15 +1,16 @@
 //! API keys: created by admins, shown once, stored only as a SHA-256 digest, found by prefix,
 //! compared in constant time, revocable, bound to a tenant, a role and optional scope limits.
-//! They live in the SQLite history volume beside the history.
+//! They live beside the history (the SQLite history volume, or Postgres).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use sqlx::{Row, SqlitePool};
+use sqlx::Row;
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::history::db::{on_pool, Db};
 use crate::scope::{validate_scope_id, Caller, Role, ScopeGrant};
 
 /// Every key starts with this, so leaked keys are easy to recognise and scan for.
@@ -74,7 +75,7 @@ pub struct CreatedApiKey {
 /// The API key store.
 #[derive(Debug, Clone)]
 pub struct ApiKeys {
-    pool: SqlitePool,
+    db: Db,
 }
 
 fn digest(key: &str) -> [u8; 32] {
@@ -133,7 +134,14 @@ fn within(outer: Option<&[String]>, inner: Option<&[String]>) -> bool {
     }
 }
 
-fn row_to_info(row: &sqlx::sqlite::SqliteRow) -> Result<ApiKeyInfo> {
+fn row_to_info<R: Row>(row: &R) -> Result<ApiKeyInfo>
+where
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
     let id: String = row.try_get("id")?;
     let role: String = row.try_get("role")?;
     let parse_ids = |column: &str| -> Result<Option<Vec<String>>> {
@@ -161,8 +169,8 @@ const COLUMNS: &str =
     "id, tenant, key_prefix, label, role, user_ids, agent_ids, created_by, created_at, last_used_at, revoked_at";
 
 impl ApiKeys {
-    pub(crate) fn new(pool: SqlitePool) -> Self {
-        Self { pool }
+    pub(crate) fn new(db: Db) -> Self {
+        Self { db }
     }
 
     /// Creates a key. Tenant admins create keys in their tenant, never with more rights than
@@ -208,22 +216,24 @@ impl ApiKeys {
             revoked_at: None,
         };
         let to_json = |ids: &Option<Vec<String>>| ids.as_ref().map(|ids| serde_json::json!(ids).to_string());
-        sqlx::query(
-            "insert into api_keys (id, tenant, key_prefix, key_hash, label, role, user_ids, agent_ids, created_by, \
-             created_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(info.id.to_string())
-        .bind(&info.tenant)
-        .bind(&info.key_prefix)
-        .bind(digest(&key).to_vec())
-        .bind(&info.label)
-        .bind(role_name(info.role))
-        .bind(to_json(&info.user_ids))
-        .bind(to_json(&info.agent_ids))
-        .bind(&info.created_by)
-        .bind(info.created_at.timestamp_micros())
-        .execute(&self.pool)
-        .await?;
+        on_pool!(&self.db, |pool, sql| {
+            sqlx::query(&sql(
+                "insert into api_keys (id, tenant, key_prefix, key_hash, label, role, user_ids, agent_ids, \
+                 created_by, created_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            ))
+            .bind(info.id.to_string())
+            .bind(&info.tenant)
+            .bind(&info.key_prefix)
+            .bind(digest(&key).to_vec())
+            .bind(&info.label)
+            .bind(role_name(info.role))
+            .bind(to_json(&info.user_ids))
+            .bind(to_json(&info.agent_ids))
+            .bind(&info.created_by)
+            .bind(info.created_at.timestamp_micros())
+            .execute(pool)
+            .await?;
+        });
         Ok(CreatedApiKey { info, key })
     }
 
@@ -234,19 +244,15 @@ impl ApiKeys {
     /// [`Error::Forbidden`] unless admin; store errors.
     pub async fn list(&self, caller: &Caller) -> Result<Vec<ApiKeyInfo>> {
         caller.require(Role::Admin)?;
-        let rows = if caller.global_admin {
-            sqlx::query(&format!("select {COLUMNS} from api_keys order by created_at desc, id desc limit 10000"))
-                .fetch_all(&self.pool)
-                .await?
-        } else {
-            sqlx::query(&format!(
-                "select {COLUMNS} from api_keys where tenant = ? order by created_at desc, id desc limit 10000"
-            ))
-            .bind(&caller.tenant)
-            .fetch_all(&self.pool)
-            .await?
-        };
-        let keys = rows.iter().map(row_to_info).collect::<Result<Vec<_>>>()?;
+        // The tenant condition is always there; the global admin's is true for every row.
+        let statement = format!(
+            "select {COLUMNS} from api_keys where (? or tenant = ?) order by created_at desc, id desc limit 10000"
+        );
+        let keys = on_pool!(&self.db, |pool, sql| {
+            let rows =
+                sqlx::query(&sql(&statement)).bind(caller.global_admin).bind(&caller.tenant).fetch_all(pool).await?;
+            rows.iter().map(row_to_info).collect::<Result<Vec<_>>>()?
+        });
         Ok(keys.into_iter().filter(|info| manages(caller, info)).collect())
     }
 
@@ -258,21 +264,23 @@ impl ApiKeys {
     pub async fn revoke(&self, caller: &Caller, id: Uuid) -> Result<()> {
         caller.require(Role::Admin)?;
         let not_found = || Error::ApiKeyNotFound { id: id.to_string() };
-        let row = sqlx::query(&format!("select {COLUMNS} from api_keys where id = ? and revoked_at is null"))
-            .bind(id.to_string())
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or_else(not_found)?;
-        let info = row_to_info(&row)?;
+        let info = on_pool!(&self.db, |pool, sql| {
+            let statement = sql(&format!("select {COLUMNS} from api_keys where id = ? and revoked_at is null"));
+            let row = sqlx::query(&statement).bind(id.to_string()).fetch_optional(pool).await?.ok_or_else(not_found)?;
+            row_to_info(&row)?
+        });
         if !manages(caller, &info) {
             return Err(not_found());
         }
-        let result = sqlx::query("update api_keys set revoked_at = ? where id = ? and revoked_at is null")
-            .bind(Utc::now().timestamp_micros())
-            .bind(id.to_string())
-            .execute(&self.pool)
-            .await?;
-        if result.rows_affected() == 0 {
+        let result = on_pool!(&self.db, |pool, sql| {
+            sqlx::query(&sql("update api_keys set revoked_at = ? where id = ? and revoked_at is null"))
+                .bind(Utc::now().timestamp_micros())
+                .bind(id.to_string())
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        if result == 0 {
             return Err(not_found());
         }
         Ok(())
@@ -287,25 +295,28 @@ impl ApiKeys {
             return Ok(None);
         }
         let presented_digest = digest(presented);
-        let rows = sqlx::query(&format!(
-            "select {COLUMNS}, key_hash from api_keys where key_prefix = ? and revoked_at is null"
-        ))
-        .bind(&presented[..LOOKUP_LEN])
-        .fetch_all(&self.pool)
-        .await?;
-        for row in &rows {
-            let stored: Vec<u8> = row.try_get("key_hash")?;
-            if bool::from(stored.as_slice().ct_eq(&presented_digest)) {
-                let info = row_to_info(row)?;
-                self.touch(&info).await;
-                return Ok(Some(Caller {
-                    tenant: info.tenant,
-                    role: info.role,
-                    grant: ScopeGrant { user_ids: info.user_ids, agent_ids: info.agent_ids },
-                    principal_id: format!("key:{}", info.id),
-                    global_admin: false,
-                }));
+        let statement = format!("select {COLUMNS}, key_hash from api_keys where key_prefix = ? and revoked_at is null");
+        let found = on_pool!(&self.db, |pool, sql| {
+            let rows = sqlx::query(&sql(&statement)).bind(&presented[..LOOKUP_LEN]).fetch_all(pool).await?;
+            let mut found = None;
+            for row in &rows {
+                let stored: Vec<u8> = row.try_get("key_hash")?;
+                if bool::from(stored.as_slice().ct_eq(&presented_digest)) {
+                    found = Some(row_to_info(row)?);
+                    break;
+                }
             }
+            found
+        });
+        if let Some(info) = found {
+            self.touch(&info).await;
+            return Ok(Some(Caller {
+                tenant: info.tenant,
+                role: info.role,
+                grant: ScopeGrant { user_ids: info.user_ids, agent_ids: info.agent_ids },
+                principal_id: format!("key:{}", info.id),
+                global_admin: false,
+            }));
         }
         Ok(None)
     }
@@ -316,11 +327,14 @@ impl ApiKeys {
         if fresh {
             return;
         }
-        let outcome = sqlx::query("update api_keys set last_used_at = ? where id = ?")
-            .bind(now.timestamp_micros())
-            .bind(info.id.to_string())
-            .execute(&self.pool)
-            .await;
+        let outcome = on_pool!(&self.db, |pool, sql| {
+            sqlx::query(&sql("update api_keys set last_used_at = ? where id = ?"))
+                .bind(now.timestamp_micros())
+                .bind(info.id.to_string())
+                .execute(pool)
+                .await
+                .map(|_| ())
+        });
         if let Err(error) = outcome {
             tracing::warn!(%error, key_id = %info.id, "could not record api key use");
         }

@@ -83,12 +83,33 @@ impl Default for SqliteStoreConfig {
     }
 }
 
-/// The SQLite history volume.
+/// Where history, the conversation buffer, API keys, the request log and the runtime
+/// configuration live.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryConfig {
-    /// Path of the history database file.
+    /// The SQLite history volume, or the Postgres database of the pgvector store.
+    #[serde(default)]
+    pub provider: HistoryProvider,
+    /// Path of the history database file (provider `sqlite`).
+    #[serde(default = "default_history_path")]
     pub path: PathBuf,
+}
+
+fn default_history_path() -> PathBuf {
+    "data/history.db".into()
+}
+
+/// The history providers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryProvider {
+    /// A SQLite file on the server's volume (one server per volume).
+    #[default]
+    Sqlite,
+    /// Tables in the pgvector store's database: writes commit their history in their own
+    /// transaction, and every replica on the database shares it.
+    Postgres,
 }
 
 impl MemoryConfig {
@@ -101,6 +122,14 @@ impl MemoryConfig {
         self.llm.validate(&format!("{prefix}.llm"))?;
         self.extraction.validate(&format!("{prefix}.extraction"))?;
         self.retrieval.validate().map_err(|message| format!("{prefix}.{message}"))?;
+        if self.history.provider == HistoryProvider::Postgres
+            && self.vector_store.provider != VectorStoreProvider::Pgvector
+        {
+            return Err(format!(
+                "{prefix}.history.provider = \"postgres\" keeps the history in the pgvector store's database: \
+                 set {prefix}.vector_store.provider = \"pgvector\" too, or use the \"sqlite\" history"
+            ));
+        }
         self.reranker.validate(&format!("{prefix}.reranker"))
     }
 }
@@ -114,20 +143,25 @@ impl Memory {
     pub async fn from_config(config: &MemoryConfig) -> Result<Self> {
         config.validate("memory").map_err(crate::Error::Config)?;
         let embedder = build_embedder(&config.embedder).await?;
-        let store: Arc<dyn VectorStore> = match config.vector_store.provider {
+        let (store, history): (Arc<dyn VectorStore>, HistoryStore) = match config.vector_store.provider {
             VectorStoreProvider::Sqlite => {
                 let sqlite = &config.vector_store.sqlite;
-                Arc::new(SqliteStore::open_with_cache(&sqlite.path, sqlite.vector_cache_entries).await?)
+                let store = SqliteStore::open_with_cache(&sqlite.path, sqlite.vector_cache_entries).await?;
+                (Arc::new(store), HistoryStore::open(&config.history.path).await?)
             }
             VectorStoreProvider::Pgvector => {
                 let pgvector = &config.vector_store.pgvector;
                 let url = pgvector.url.as_ref().ok_or_else(|| {
                     crate::Error::Config("memory.vector_store.pgvector.url is not set (or set DATABASE_URL)".to_owned())
                 })?;
-                Arc::new(PgVectorStore::connect(secrecy::ExposeSecret::expose_secret(url), pgvector).await?)
+                let store = PgVectorStore::connect(secrecy::ExposeSecret::expose_secret(url), pgvector).await?;
+                let history = match config.history.provider {
+                    HistoryProvider::Postgres => HistoryStore::in_postgres(&store),
+                    HistoryProvider::Sqlite => HistoryStore::open(&config.history.path).await?,
+                };
+                (Arc::new(store), history)
             }
         };
-        let history = HistoryStore::open(&config.history.path).await?;
         Self::assemble(store, history, embedder, config).await
     }
 

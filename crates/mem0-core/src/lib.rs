@@ -22,7 +22,9 @@ pub mod store;
 pub mod text;
 pub mod types;
 
-pub use config::{HistoryConfig, MemoryConfig, SqliteStoreConfig, VectorStoreConfig, VectorStoreProvider};
+pub use config::{
+    HistoryConfig, HistoryProvider, MemoryConfig, SqliteStoreConfig, VectorStoreConfig, VectorStoreProvider,
+};
 pub use error::{Error, ProviderError, ProviderErrorKind, Result};
 pub use memory::{
     AddOutcome, AddRequest, AddedMemory, ExtractionSettings, ListPage, ListRequest, Memory, SearchRequest,

@@ -4,7 +4,9 @@
 //! volume got the entries (journal not cleared yet). The parent then opens the same stores (a
 //! restart: [`Memory::new`] delivers what the journal holds) and checks, on both stores, that
 //! every memory has its history, that no history entry describes a change that did not happen,
-//! that buffered conversation messages arrived exactly once, and that the journal is empty.
+//! that buffered conversation messages arrived exactly once, and that the journal is empty. With
+//! the history on Postgres (`Backend::Postgres`) there is no delivery step: the drills stop the
+//! process before and after the one transaction, and the same invariants hold.
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::PathBuf;
@@ -32,8 +34,20 @@ const UPDATED: &str = "Crash drill: the bees moved to the roof";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum Backend {
+    /// SQLite store, SQLite history volume.
     Sqlite,
+    /// pgvector store, SQLite history volume.
     Pgvector,
+    /// pgvector store, history in the same database (`history.provider = "postgres"`).
+    Postgres,
+}
+
+impl Backend {
+    const ALL: [Backend; 3] = [Backend::Sqlite, Backend::Pgvector, Backend::Postgres];
+
+    fn on_postgres(self) -> bool {
+        self != Backend::Sqlite
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,15 +87,25 @@ async fn embedder() -> Arc<dyn Embedder> {
 }
 
 async fn open(drill: &Drill) -> (Memory, Arc<dyn VectorStore>, HistoryStore) {
-    let store: Arc<dyn VectorStore> = match drill.backend {
-        Backend::Sqlite => Arc::new(SqliteStore::open(&drill.data_dir.join("memories.db")).await.expect("sqlite")),
-        Backend::Pgvector => Arc::new(
-            PgVectorStore::connect(drill.pg_url.as_deref().expect("url"), &PgVectorConfig::default())
-                .await
-                .expect("postgres"),
+    let volume_path = drill.data_dir.join("history.db");
+    let volume = || HistoryStore::open(&volume_path);
+    let (store, history): (Arc<dyn VectorStore>, HistoryStore) = match drill.backend {
+        Backend::Sqlite => (
+            Arc::new(SqliteStore::open(&drill.data_dir.join("memories.db")).await.expect("sqlite")),
+            volume().await.expect("history"),
         ),
+        Backend::Pgvector | Backend::Postgres => {
+            let store = PgVectorStore::connect(drill.pg_url.as_deref().expect("url"), &PgVectorConfig::default())
+                .await
+                .expect("postgres");
+            let history = if drill.backend == Backend::Postgres {
+                HistoryStore::in_postgres(&store)
+            } else {
+                volume().await.expect("history")
+            };
+            (Arc::new(store), history)
+        }
     };
-    let history = HistoryStore::open(&drill.data_dir.join("history.db")).await.expect("history");
     let memory = Memory::new(Arc::clone(&store), history.clone(), embedder().await).await.expect("memory");
     // What the server does at startup.
     memory.recover(std::time::Duration::ZERO).await.expect("recover");
@@ -152,10 +176,7 @@ async fn events(memory: &Memory, id: Uuid) -> Vec<HistoryEvent> {
 
 async fn drill(backend: Backend, operation: Operation, step: &str) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let database = match backend {
-        Backend::Pgvector => Some(PgDatabase::create().await),
-        Backend::Sqlite => None,
-    };
+    let database = if backend.on_postgres() { Some(PgDatabase::create().await) } else { None };
     let mut drill = Drill {
         backend,
         data_dir: dir.path().to_path_buf(),
@@ -241,9 +262,15 @@ async fn drill(backend: Backend, operation: Operation, step: &str) {
 async fn crash_drills() {
     let operations =
         [Operation::Add, Operation::AddInferred, Operation::Update, Operation::Delete, Operation::DeleteAll];
-    for backend in [Backend::Sqlite, Backend::Pgvector] {
+    for backend in Backend::ALL {
+        // History on Postgres has no delivery step: it commits with the change.
+        let after = if backend == Backend::Postgres {
+            &["write.after_commit"][..]
+        } else {
+            &["write.after_commit", "write.after_delivery"]
+        };
         for operation in operations {
-            for step in ["write.after_commit", "write.after_delivery"] {
+            for step in after {
                 drill(backend, operation, step).await;
             }
         }
@@ -281,12 +308,9 @@ async fn fake_llm(facts: serde_json::Value) -> (wiremock::MockServer, Arc<dyn Ll
 /// change's history in the journal until the next restart).
 #[tokio::test]
 async fn abandoned_writes_finish_with_their_history() {
-    for backend in [Backend::Sqlite, Backend::Pgvector] {
+    for backend in Backend::ALL {
         let dir = tempfile::tempdir().expect("temp dir");
-        let database = match backend {
-            Backend::Pgvector => Some(PgDatabase::create().await),
-            Backend::Sqlite => None,
-        };
+        let database = if backend.on_postgres() { Some(PgDatabase::create().await) } else { None };
         let drill = Drill {
             backend,
             data_dir: dir.path().to_path_buf(),
@@ -347,9 +371,16 @@ async fn abandoned_writes_finish_with_their_history() {
 /// when newer messages have trimmed it out of the buffer meanwhile.
 #[tokio::test]
 async fn redelivered_message_batches_add_nothing() {
-    use mem0_core::history::BufferedMessages;
     let dir = tempfile::tempdir().expect("temp dir");
-    let history = HistoryStore::open(&dir.path().join("history.db")).await.expect("history");
+    let volume = HistoryStore::open(&dir.path().join("history.db")).await.expect("history");
+    redelivered_batches_add_nothing_on(&volume).await;
+    let database = PgDatabase::create().await;
+    let store = PgVectorStore::connect(&database.url(), &PgVectorConfig::default()).await.expect("postgres");
+    redelivered_batches_add_nothing_on(&HistoryStore::in_postgres(&store)).await;
+}
+
+async fn redelivered_batches_add_nothing_on(history: &HistoryStore) {
+    use mem0_core::history::BufferedMessages;
     let batch = |count: usize, said: &str| BufferedMessages {
         id: Uuid::now_v7(),
         tenant: TENANT.to_owned(),

@@ -655,6 +655,72 @@ async fn check_writes_are_all_or_nothing(store: &dyn VectorStore) {
     assert_eq!(terms, vec![(kept.id, 1, 0)], "the keyword index is the original one");
 }
 
+/// With `unique_in`, inserts whose hash a matching memory already has are skipped, with their
+/// links and journal entries; other scopes, other tenants and expired memories do not count; a
+/// hash repeated in the write itself is stored (the caller dedups a batch).
+async fn check_unique_inserts(store: &dyn VectorStore) {
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let v = unit([1.0, 0.0, 0.0, 0.0]);
+    let mut expired = record("t", "u", "was true once", v.clone(), json!({}), 0);
+    expired.expiration_date = NaiveDate::from_ymd_opt(2026, 1, 1);
+    let existing = record("t", "u", "likes tea", v.clone(), json!({}), 1);
+    let elsewhere = [
+        record("t", "w", "likes coffee", v.clone(), json!({}), 2),
+        record("x", "u", "likes juice", v.clone(), json!({}), 3),
+    ];
+    insert(store, &[expired.clone(), existing.clone()]).await.expect("insert");
+    insert(store, &elsewhere).await.expect("insert");
+    let again = |text: &str, minutes| record("t", "u", text, v.clone(), json!({}), minutes);
+    let (dup, fresh, coffee, juice, revived) = (
+        again("likes tea", 10),
+        again("likes milk", 11),
+        again("likes coffee", 12),
+        again("likes juice", 13),
+        again("was true once", 14),
+    );
+    let link = EntityLink {
+        memory_id: dup.id,
+        tenant: "t".to_owned(),
+        scope: dup.scope.clone(),
+        name: "Tea".to_owned(),
+        normalized: "tea".to_owned(),
+        kind: "proper".to_owned(),
+        embedding: unit([0.0, 1.0, 0.0, 0.0]),
+    };
+    let entry = |memory: Uuid| mem0_core::store::JournalEntry {
+        id: Uuid::now_v7(),
+        tenant: "t".to_owned(),
+        memory_id: Some(memory),
+        created_at: Utc::now(),
+        payload: json!({}),
+    };
+    let write = WriteSet {
+        tenant: "t".to_owned(),
+        insert: vec![dup.clone(), fresh.clone(), coffee.clone(), juice.clone(), revived.clone()],
+        links: vec![link],
+        merge_threshold: 0.95,
+        journal: vec![entry(dup.id), entry(fresh.id)],
+        unique_in: Some(query("t", "u", None)),
+        ..WriteSet::default()
+    };
+    let applied = store.apply(&write).await.expect("apply");
+    assert_eq!(applied.skipped, vec![dup.id], "only the live duplicate of the same scope is skipped");
+    assert!(store.get("t", dup.id).await.expect("get").is_none());
+    for kept in [&fresh, &coffee, &juice, &revived] {
+        assert!(store.get("t", kept.id).await.expect("get").is_some(), "{} stored", kept.memory);
+    }
+    let probe = EntityProbe { normalized: "tea".to_owned(), embedding: unit([0.0, 1.0, 0.0, 0.0]) };
+    let hits = entity_memories(store, &query("t", "u", None), &[probe], 0.9).await.expect("entities");
+    assert!(hits.is_empty(), "the skipped insert's link is not written: {hits:?}");
+    let later = Utc::now() + Duration::minutes(1);
+    let journal = store.journal(later, 10).await.expect("journal");
+    assert_eq!(
+        journal.iter().map(|entry| entry.memory_id).collect::<Vec<_>>(),
+        vec![Some(fresh.id)],
+        "no entry for the skipped"
+    );
+}
+
 macro_rules! conformance_suite {
     ($backend:ident, $open:expr) => {
         mod $backend {
@@ -706,6 +772,12 @@ macro_rules! conformance_suite {
             async fn writes_are_all_or_nothing() {
                 let (store, _guard) = $open;
                 check_writes_are_all_or_nothing(&store).await;
+            }
+
+            #[tokio::test]
+            async fn unique_inserts() {
+                let (store, _guard) = $open;
+                check_unique_inserts(&store).await;
             }
 
             #[tokio::test]

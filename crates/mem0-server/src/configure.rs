@@ -11,14 +11,18 @@
 //!   ([`Memory::reconfigure`]) and checked against the stores before they are swapped in
 //!   atomically; a failed change leaves the running configuration untouched.
 //!
-//! Changes are persisted (without secrets) and applied again at startup.
+//! Changes are persisted (without secrets: in `configure.state_path`, or in Postgres when the
+//! history is there) and applied again at startup.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use mem0_core::providers::embedder::{build_embedder, EmbedderConfig, EmbedderProvider};
 use mem0_core::providers::http::check_base_url;
 use mem0_core::providers::llm::LlmConfig;
-use mem0_core::{Caller, ExtractionSettings, Memory, Role};
+use mem0_core::{Caller, ExtractionSettings, HistoryProvider, Memory, Role};
+use secrecy::ExposeSecret as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
@@ -35,6 +39,14 @@ pub struct ConfigureSettings {
     pub state_path: PathBuf,
     /// Allow provider URLs on link-local and metadata addresses.
     pub allow_link_local_base_urls: bool,
+    /// With the history on Postgres, how often (seconds) a replica looks for a change made
+    /// through another replica and applies it.
+    #[serde(default = "default_poll_secs")]
+    pub poll_secs: u64,
+}
+
+fn default_poll_secs() -> u64 {
+    5
 }
 
 /// The configuration a running server can change: what `/configure` patches, shows and persists.
@@ -153,36 +165,58 @@ fn secret_key(value: &Value) -> Option<String> {
     }
 }
 
-/// Applies the persisted runtime configuration, if any, to `settings` (at startup).
+/// Name of the persisted runtime configuration among the history's settings.
+const RUNTIME_SETTING: &str = "runtime";
+
+/// Applies the persisted runtime configuration, if any, to `settings` (at startup): from the
+/// Postgres database when the history is there (every replica reads the same; its version is
+/// returned), else from `configure.state_path`.
 ///
 /// # Errors
-/// An unreadable or invalid file, named.
-pub fn apply_persisted(settings: &mut Settings) -> anyhow::Result<()> {
-    let path = settings.configure.state_path.clone();
-    if !path.exists() {
-        return Ok(());
-    }
-    let text =
-        std::fs::read_to_string(&path).map_err(|error| anyhow::anyhow!("cannot read {}: {error}", path.display()))?;
-    let persisted: Value = serde_json::from_str(&text)
-        .map_err(|error| anyhow::anyhow!("{} is not valid JSON: {error}", path.display()))?;
+/// An unreadable or invalid persisted configuration, named; an unreachable database.
+pub async fn apply_persisted(settings: &mut Settings) -> anyhow::Result<Option<i64>> {
+    let (text, origin, version) = if settings.memory.history.provider == HistoryProvider::Postgres {
+        let Some(url) = settings.memory.vector_store.pgvector.url.as_ref() else { return Ok(None) };
+        let stored = mem0_core::history::read_postgres_setting(url.expose_secret(), RUNTIME_SETTING)
+            .await
+            .map_err(|error| anyhow::anyhow!("cannot read the persisted runtime configuration: {error}"))?;
+        let Some(stored) = stored else { return Ok(None) };
+        (stored.value, format!("the runtime_config table (version {})", stored.version), Some(stored.version))
+    } else {
+        let path = settings.configure.state_path.clone();
+        if !path.exists() {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(&path)
+            .map_err(|error| anyhow::anyhow!("cannot read {}: {error}", path.display()))?;
+        (text, path.display().to_string(), None)
+    };
+    let persisted: Value =
+        serde_json::from_str(&text).map_err(|error| anyhow::anyhow!("{origin} is not valid JSON: {error}"))?;
     let next = RuntimeConfig::from_settings(settings)
         .patched(&persisted)
-        .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
+        .map_err(|error| anyhow::anyhow!("{origin}: {error}"))?;
     next.apply_to(settings);
-    tracing::info!(path = %path.display(), "applied the persisted runtime configuration");
-    Ok(())
+    tracing::info!(from = %origin, "applied the persisted runtime configuration");
+    Ok(version)
 }
 
-fn persist(path: &Path, config: &RuntimeConfig) -> std::io::Result<()> {
+/// Persists `config` (the config types never serialise secrets) where [`apply_persisted`]
+/// reads it; returns its version when it is shared with other replicas (history on Postgres).
+async fn persist(state: &AppState, config: &RuntimeConfig) -> anyhow::Result<Option<i64>> {
+    let text = serde_json::to_string_pretty(config)?;
+    let memory = state.memory();
+    if memory.history_store().in_store() {
+        return Ok(Some(memory.history_store().save_setting(RUNTIME_SETTING, &text).await?));
+    }
+    let path = &state.settings.configure.state_path;
     if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)?;
     }
-    // The config types never serialise secrets.
-    let text = serde_json::to_string_pretty(config).map_err(std::io::Error::other)?;
     let temporary = path.with_extension("json.tmp");
     std::fs::write(&temporary, text)?;
-    std::fs::rename(&temporary, path)
+    std::fs::rename(&temporary, path)?;
+    Ok(None)
 }
 
 /// Strips credentials and query strings from a URL before showing it.
@@ -262,19 +296,36 @@ pub async fn apply(state: &AppState, caller: &Caller, body: Value) -> Result<Val
     }
     let mut running = state.memory_handle.runtime.lock().await;
     let next = running.patched(&body).map_err(rejected)?;
+    let memory = prepare(state, &next, body.get("embedder").is_some()).await.map_err(rejected)?;
+    let version = persist(state, &next).await.map_err(|error| {
+        tracing::error!(%error, "could not persist the runtime configuration");
+        ApiError::new(ErrorCode::InternalError, "could not persist the configuration; nothing changed")
+    })?;
+    let view = redacted_view(&next, &memory, &state.settings);
+    state.memory_handle.swap(memory);
+    *running = next;
+    if let Some(version) = version {
+        state.memory_handle.config_version.store(version, Ordering::SeqCst);
+    }
+    tracing::warn!(principal = %caller.principal_id, "runtime configuration changed");
+    Ok(view)
+}
+
+/// The service built for `next`: provider base URLs checked, a new embedder
+/// built and probed when `new_embedder`, the stores' dimension checked. Nothing is swapped.
+async fn prepare(state: &AppState, next: &RuntimeConfig, new_embedder: bool) -> Result<Memory, String> {
     let allow_link_local = state.settings.configure.allow_link_local_base_urls;
     if next.embedder.provider == EmbedderProvider::Openai {
         if let Some(url) = &next.embedder.openai.base_url {
-            check_base_url(url, allow_link_local).await.map_err(rejected)?;
+            check_base_url(url, allow_link_local).await?;
         }
     }
     if let Some(url) = next.llm.base_url_in_use() {
-        check_base_url(url, allow_link_local).await.map_err(rejected)?;
+        check_base_url(url, allow_link_local).await?;
     }
-    let embedder = if body.get("embedder").is_some() {
-        let built = build_embedder(&next.embedder)
-            .await
-            .map_err(|error| rejected(format!("the new embedder does not work: {error}")))?;
+    let embedder = if new_embedder {
+        let built =
+            build_embedder(&next.embedder).await.map_err(|error| format!("the new embedder does not work: {error}"))?;
         Some(built)
     } else {
         None
@@ -283,16 +334,73 @@ pub async fn apply(state: &AppState, caller: &Caller, body: Value) -> Result<Val
     config.embedder = next.embedder.clone();
     config.llm = next.llm.clone();
     config.extraction = next.extraction.clone();
-    let memory = state.memory().reconfigure(embedder, &config).await.map_err(|error| rejected(error.to_string()))?;
-    persist(&state.settings.configure.state_path, &next).map_err(|error| {
-        tracing::error!(%error, "could not persist the runtime configuration");
-        ApiError::new(ErrorCode::InternalError, "could not persist the configuration; nothing changed")
-    })?;
-    let view = redacted_view(&next, &memory, &state.settings);
-    state.memory_handle.swap(memory);
-    *running = next;
-    tracing::warn!(principal = %caller.principal_id, "runtime configuration changed");
-    Ok(view)
+    state.memory().reconfigure(embedder, &config).await.map_err(|error| error.to_string())
+}
+
+/// With the history on Postgres, applies runtime configuration changes made through other
+/// replicas: every `configure.poll_secs` it reads the stored version and, when it is newer than
+/// the one in effect, applies it with the same checks as `POST /configure`. A change this
+/// replica cannot apply (its provider probe fails, say) leaves the running configuration as it
+/// is; the error is logged and shown by `/ready` until a later version applies.
+pub fn follow_shared_changes(state: AppState) {
+    let every = Duration::from_secs(state.settings.configure.poll_secs.max(1));
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            if let Err(error) = catch_up(&state).await {
+                tracing::warn!(%error, "could not read the shared runtime configuration");
+            }
+        }
+    });
+}
+
+/// One look at the shared runtime configuration (see [`follow_shared_changes`]).
+async fn catch_up(state: &AppState) -> mem0_core::Result<()> {
+    let handle = &state.memory_handle;
+    let Some(stored) = state.memory().history_store().setting(RUNTIME_SETTING).await? else { return Ok(()) };
+    if stored.version <= handle.config_version.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    let mut running = handle.runtime.lock().await;
+    // POST /configure on this replica may have stored it meanwhile.
+    if stored.version <= handle.config_version.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    let outcome = async {
+        let persisted: Value =
+            serde_json::from_str(&stored.value).map_err(|error| format!("not valid JSON: {error}"))?;
+        let next = running.patched(&persisted)?;
+        let new_embedder = serde_json::to_value(&next.embedder).ok() != serde_json::to_value(&running.embedder).ok();
+        let memory = prepare(state, &next, new_embedder).await?;
+        Ok::<_, String>((next, memory))
+    }
+    .await;
+    match outcome {
+        Ok((next, memory)) => {
+            handle.swap(memory);
+            *running = next;
+            handle.config_version.store(stored.version, Ordering::SeqCst);
+            *handle.config_problem.write().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+            tracing::warn!(
+                version = stored.version,
+                "applied the runtime configuration changed through another replica"
+            );
+        }
+        Err(error) => {
+            let problem = format!(
+                "runtime configuration version {} (changed through another replica) not applied; still on the previous one: {error}",
+                stored.version
+            );
+            let mut slot = handle.config_problem.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if slot.as_deref() != Some(problem.as_str()) {
+                tracing::error!("{problem}");
+            }
+            *slot = Some(problem);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -107,18 +107,26 @@ const JOURNAL_SWEEP_MIN_AGE: Duration = Duration::from_secs(60);
 /// # Errors
 /// Any startup failure, with a message saying what to fix.
 pub async fn build_state(mut settings: Settings) -> anyhow::Result<AppState> {
-    configure::apply_persisted(&mut settings)?;
+    let config_version = configure::apply_persisted(&mut settings).await?;
     let memory = Memory::from_config(&settings.memory)
         .await
         .map_err(|error| anyhow::anyhow!("cannot start the memory service: {error}"))?;
-    assemble_state(memory, settings).await
+    assemble_state_at(memory, settings, config_version.unwrap_or(0)).await
 }
 
-/// Builds the state around an existing memory service (tests give it their own stores).
+/// Builds the state around an existing memory service (tests give it their own stores). With
+/// the history on Postgres the shared runtime configuration is applied at the first look
+/// (`configure.poll_secs`), as for a replica that starts after a change.
 ///
 /// # Errors
 /// Unsafe or invalid authentication settings.
 pub async fn assemble_state(memory: Memory, settings: Settings) -> anyhow::Result<AppState> {
+    assemble_state_at(memory, settings, 0).await
+}
+
+/// [`assemble_state`] with `settings` already carrying version `config_version` of the shared
+/// runtime configuration.
+async fn assemble_state_at(memory: Memory, settings: Settings, config_version: i64) -> anyhow::Result<AppState> {
     // Writes a crash interrupted get their history before anything is served.
     match memory.recover(Duration::ZERO).await {
         Ok(0) => {}
@@ -172,7 +180,8 @@ pub async fn assemble_state(memory: Memory, settings: Settings) -> anyhow::Resul
             }
         }
     });
-    Ok(AppState {
+    memory_handle.config_version.store(config_version, std::sync::atomic::Ordering::SeqCst);
+    let state = AppState {
         memory_handle,
         settings: Arc::new(settings),
         auth: Arc::new(auth),
@@ -181,7 +190,11 @@ pub async fn assemble_state(memory: Memory, settings: Settings) -> anyhow::Resul
         requests,
         api_keys,
         draining: Arc::default(),
-    })
+    };
+    if state.memory().history_store().in_store() {
+        configure::follow_shared_changes(state.clone());
+    }
+    Ok(state)
 }
 
 /// Serves `state` on `listener` until `shutdown` completes, then rolls out gracefully: `/ready`

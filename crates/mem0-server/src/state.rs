@@ -20,12 +20,21 @@ pub struct MemoryHandle {
     current: std::sync::RwLock<Arc<Memory>>,
     /// Serialises configuration changes; holds the runtime settings in effect.
     pub runtime: tokio::sync::Mutex<crate::configure::RuntimeConfig>,
+    /// Version of the shared runtime configuration in effect (history on Postgres; 0: none).
+    pub config_version: std::sync::atomic::AtomicI64,
+    /// Why the newest shared runtime configuration is not in effect, when it is not.
+    pub config_problem: std::sync::RwLock<Option<String>>,
 }
 
 impl MemoryHandle {
     /// Wraps the service built from `runtime`.
     pub fn new(memory: Memory, runtime: crate::configure::RuntimeConfig) -> Self {
-        Self { current: std::sync::RwLock::new(Arc::new(memory)), runtime: tokio::sync::Mutex::new(runtime) }
+        Self {
+            current: std::sync::RwLock::new(Arc::new(memory)),
+            runtime: tokio::sync::Mutex::new(runtime),
+            config_version: std::sync::atomic::AtomicI64::new(0),
+            config_problem: std::sync::RwLock::new(None),
+        }
     }
 
     /// Returns the service in effect.

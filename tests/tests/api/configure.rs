@@ -2,7 +2,8 @@
 //! fails validation, the SSRF check, the provider probe or the dimension check leaves the running
 //! configuration untouched; a good change is swapped in and persisted without secrets.
 
-use mem0_http_tests::{local_embedder, test_settings, Reply, TestServer};
+use mem0_core::providers::embedder::EmbedderProvider;
+use mem0_http_tests::{local_embedder, test_settings, Reply, StoreKind, TestServer};
 use reqwest::Method;
 use serde_json::{json, Value};
 use wiremock::matchers::method;
@@ -55,6 +56,18 @@ async fn secured() -> (TestServer, String) {
     .await;
     assert_eq!(reply.status, 201, "{}", reply.body);
     (server, reply.body["key"].as_str().expect("key").to_owned())
+}
+
+/// The persisted runtime configuration as stored: the state file, or the `runtime_config` row
+/// when the history is on Postgres.
+async fn persisted_text(server: &TestServer) -> String {
+    match (&server.database, server.kind) {
+        (Some(database), StoreKind::Postgres) => {
+            let stored = mem0_core::history::read_postgres_setting(&database.url, "runtime").await.expect("read");
+            stored.expect("persisted in postgres").value
+        }
+        _ => std::fs::read_to_string(server.data_dir.join("runtime-config.json")).expect("persisted"),
+    }
 }
 
 async fn still_works(server: &TestServer) {
@@ -110,7 +123,9 @@ async fn rejected_changes_leave_the_running_configuration() {
     }
     let view = call(&server, ADMIN_KEY, Method::GET, "/configure", None).await;
     assert_eq!(view.body["embedder"]["provider"], "local");
-    assert!(!server.data_dir.join("runtime-config.json").exists(), "nothing persisted");
+    let mut settings = server.restart_settings();
+    mem0_server::configure::apply_persisted(&mut settings).await.expect("apply");
+    assert_eq!(settings.memory.embedder.provider, EmbedderProvider::Local, "nothing persisted");
 }
 
 #[tokio::test]
@@ -125,14 +140,13 @@ async fn good_changes_are_swapped_in_and_persisted_without_secrets() {
     still_works(&server).await;
     let after = provider.received_requests().await.map_or(0, |requests| requests.len());
     assert!(after > before, "new requests use the new embedder");
-    let persisted = std::fs::read_to_string(server.data_dir.join("runtime-config.json")).expect("persisted");
+    let persisted = persisted_text(&server).await;
     assert!(persisted.contains("fake-384") && !persisted.contains(PROVIDER_SECRET), "{persisted}");
 
     // A restart applies the persisted change.
-    let mut settings = test_settings();
-    settings.configure.state_path = server.data_dir.join("runtime-config.json");
-    mem0_server::configure::apply_persisted(&mut settings).expect("apply");
-    assert_eq!(settings.memory.embedder.provider, mem0_core::providers::embedder::EmbedderProvider::Openai);
+    let mut settings = server.restart_settings();
+    mem0_server::configure::apply_persisted(&mut settings).await.expect("apply");
+    assert_eq!(settings.memory.embedder.provider, EmbedderProvider::Openai);
     assert_eq!(settings.memory.embedder.openai.model, "fake-384");
 }
 
@@ -188,10 +202,9 @@ async fn the_llm_can_be_switched_on_at_runtime() {
     assert_eq!(sent["max_tokens"], 500);
     assert!(sent["messages"][1]["content"].as_str().is_some_and(|prompt| prompt.contains("Only places.")));
 
-    let persisted = std::fs::read_to_string(server.data_dir.join("runtime-config.json")).expect("persisted");
-    let mut settings = test_settings();
-    settings.configure.state_path = server.data_dir.join("runtime-config.json");
-    mem0_server::configure::apply_persisted(&mut settings).expect("apply");
+    let persisted = persisted_text(&server).await;
+    let mut settings = server.restart_settings();
+    mem0_server::configure::apply_persisted(&mut settings).await.expect("apply");
     assert_eq!(settings.memory.llm.provider, mem0_core::providers::llm::LlmProvider::Openai, "{persisted}");
     assert_eq!(settings.memory.llm.openai.model, "fake-chat");
     assert_eq!(settings.memory.extraction.context_messages, 5);

@@ -541,20 +541,20 @@ async fn end_to_end_against_a_real_model() {
 #[tokio::test]
 async fn a_failing_history_write_undoes_the_whole_add() {
     let (server, llm) = start(chat_reply(&facts(json!([{"text": "User collects vinyl records"}])))).await;
-    let url = format!("sqlite://{}", server.data_dir.join("history.db").display());
-    let pool = sqlx::SqlitePool::connect(&url).await.expect("open history db");
     // Every history insert now fails, after the messages were read and the facts embedded.
-    sqlx::query("create trigger refuse before insert on history begin select raise(abort, 'disk says no'); end")
-        .execute(&pool)
-        .await
-        .expect("trigger");
+    server
+        .history_sql(
+            "create trigger refuse before insert on history begin select raise(abort, 'disk says no'); end",
+            "create function refuse() returns trigger language plpgsql as $$ begin raise exception 'disk says no'; end $$; \
+             create trigger refuse before insert on history for each row execute function refuse()",
+        )
+        .await;
     server.post("/memories", conversation("sam")).await.assert_error(500, "internal_error");
     assert!(list(&server, "sam").await.is_empty(), "the memory rows were removed again");
-    let buffered: i64 =
-        sqlx::query_scalar("select count(*) from messages").fetch_one(&pool).await.expect("count messages");
-    assert_eq!(buffered, 0, "the message buffer was rolled back with the history rows");
-    sqlx::query("drop trigger refuse").execute(&pool).await.expect("drop trigger");
-    pool.close().await;
+    let buffered =
+        server.history_sql("select cast(count(*) as text) from messages", "select count(*)::text from messages").await;
+    assert_eq!(buffered.as_deref(), Some("0"), "the message buffer was rolled back with the history rows");
+    server.history_sql("drop trigger refuse", "drop trigger refuse on history").await;
     let added = server.post("/memories", conversation("sam")).await;
     assert_eq!(added.status, 200, "works again once the volume does: {}", added.body);
     assert_eq!(llm.received_requests().await.unwrap_or_default().len(), 2);

@@ -102,10 +102,7 @@ fn embeddings_ok_delayed() -> ResponseTemplate {
 }
 
 async fn drop_history_table(server: &TestServer) {
-    let url = format!("sqlite://{}", server.data_dir.join("history.db").display());
-    let pool = sqlx::SqlitePool::connect(&url).await.expect("open history db");
-    sqlx::query("drop table history").execute(&pool).await.expect("drop history");
-    pool.close().await;
+    server.history_sql("drop table history", "drop table history").await;
 }
 
 /// A broken history volume (its table dropped under the server) is an internal error, not an

@@ -13,6 +13,7 @@ mod openapi;
 mod pagination;
 mod pgvector;
 mod reindex;
+mod replicas;
 mod rerank;
 mod rollout;
 mod search;

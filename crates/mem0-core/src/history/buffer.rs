@@ -4,6 +4,7 @@
 
 use sqlx::Row;
 
+use super::db::on_pool;
 use super::HistoryStore;
 use crate::error::Result;
 use crate::scope::Scope;
@@ -41,14 +42,20 @@ impl HistoryStore {
         if pairs.is_empty() {
             return Ok(());
         }
-        // instr, not like: scope ids may contain `_`, a like wildcard.
-        let conditions = vec!["instr('&' || session_scope || '&', ?) > 0"; pairs.len()].join(" and ");
+        // A substring test, not like: scope ids may contain `_`, a like wildcard (and SQLite's
+        // like ignores case).
+        let position = if self.db.is_postgres() { "strpos" } else { "instr" };
+        let condition = format!("{position}('&' || session_scope || '&', ?) > 0");
+        let conditions = vec![condition.as_str(); pairs.len()].join(" and ");
         let statement = format!("delete from messages where tenant = ? and {conditions}");
-        let mut query = sqlx::query(&statement).bind(tenant);
-        for pair in &pairs {
-            query = query.bind(pair);
-        }
-        query.execute(&self.pool).await?;
+        on_pool!(&self.db, |pool, sql| {
+            let statement = sql(&statement);
+            let mut query = sqlx::query(&statement).bind(tenant);
+            for pair in &pairs {
+                query = query.bind(pair);
+            }
+            query.execute(pool).await?;
+        });
         Ok(())
     }
 
@@ -57,19 +64,24 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn recent_messages(&self, tenant: &str, session: &str, limit: usize) -> Result<Vec<Message>> {
-        let rows = sqlx::query(
-            "select role, content, name from (select role, content, name, seq from messages \
-             where tenant = ? and session_scope = ? order by seq desc limit ?) order by seq",
-        )
-        .bind(tenant)
-        .bind(session)
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(Message { role: row.try_get("role")?, content: row.try_get("content")?, name: row.try_get("name")? })
-            })
-            .collect()
+        const SELECT: &str = "select role, content, name from (select role, content, name, seq from messages \
+             where tenant = ? and session_scope = ? order by seq desc limit ?) as recent order by seq";
+        on_pool!(&self.db, |pool, sql| {
+            let rows = sqlx::query(&sql(SELECT))
+                .bind(tenant)
+                .bind(session)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(pool)
+                .await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(Message {
+                        role: row.try_get("role")?,
+                        content: row.try_get("content")?,
+                        name: row.try_get("name")?,
+                    })
+                })
+                .collect()
+        })
     }
 }

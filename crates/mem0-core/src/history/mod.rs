@@ -1,24 +1,29 @@
-//! The history volume: one SQLite file holding the `history` of every memory change (this
-//! file), the conversation buffer (`buffer.rs`), the request log (`request_log.rs`) and the API
-//! keys ([`crate::api_keys`]); tenant and scope on every row.
+//! The history: the `history` of every memory change (this file), the conversation buffer
+//! (`buffer.rs`), the request log (`request_log.rs`), the API keys ([`crate::api_keys`]) and the
+//! runtime configuration (`settings.rs`); tenant and scope on every row. They live in the SQLite
+//! history volume, or in the Postgres database of the store (`db.rs`).
 
 mod buffer;
+pub(crate) mod db;
 mod request_log;
+mod settings;
 
 pub use self::buffer::session_under;
 pub use self::request_log::{RequestLog, RequestLogEntry};
+pub use self::settings::{read_postgres_setting, StoredSetting};
 
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::{Row, SqlitePool};
+use sqlx::Row;
 use uuid::Uuid;
 
+use self::db::{in_transaction, on_pool, Db};
 use crate::api_keys::ApiKeys;
 use crate::error::{Error, Result};
 use crate::scope::Scope;
-use crate::store::{JournalEntry, WriteTurns};
+use crate::store::{JournalEntry, PgVectorStore, WriteTurns};
 use crate::types::{HistoryEvent, HistoryRecord, Message};
 
 /// The migrations of the history volume (`migrations/sqlite/history`).
@@ -102,31 +107,153 @@ impl Pending {
     }
 }
 
-/// The SQLite history volume.
+/// Delivers history entries and buffered messages on `conn`, inside the caller's transaction
+/// (see [`HistoryStore::deliver`]); one body for each database. `$lock` serialises deliveries
+/// to one session where the database does not already (SQLite writers take turns).
+macro_rules! deliver_fn {
+    ($name:ident, $conn:ty, $sql:path, $lock:expr) => {
+        pub(crate) async fn $name(
+            conn: &mut $conn,
+            records: &[HistoryRecord],
+            buffered: &[BufferedMessages],
+        ) -> Result<()> {
+            let sql = $sql;
+            let session_lock: Option<&str> = $lock;
+            for record in records {
+                sqlx::query(&sql(
+                    "insert into history (id, tenant, memory_id, user_id, agent_id, run_id, old_memory, \
+                     new_memory, event, created_at, updated_at, is_deleted, actor_id, role) \
+                     values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) on conflict do nothing",
+                ))
+                .bind(record.id.to_string())
+                .bind(&record.tenant)
+                .bind(record.memory_id.to_string())
+                .bind(&record.scope.user_id)
+                .bind(&record.scope.agent_id)
+                .bind(&record.scope.run_id)
+                .bind(&record.old_memory)
+                .bind(&record.new_memory)
+                .bind(record.event.as_str())
+                .bind(record.created_at.timestamp_micros())
+                .bind(record.updated_at.map(|at| at.timestamp_micros()))
+                .bind(record.is_deleted)
+                .bind(&record.actor_id)
+                .bind(&record.role)
+                .execute(&mut *conn)
+                .await?;
+            }
+            if !buffered.is_empty() {
+                let forgotten = Utc::now() - chrono::Duration::days(BATCH_MARKER_DAYS);
+                sqlx::query(&sql("delete from message_batches where delivered_at < ?"))
+                    .bind(forgotten.timestamp_micros())
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            for buffered in buffered.iter().filter(|buffered| !buffered.messages.is_empty()) {
+                if let Some(lock) = session_lock {
+                    sqlx::query(lock).bind(format!("{}\n{}", buffered.tenant, buffered.session)).execute(&mut *conn).await?;
+                }
+                let first_delivery =
+                    sqlx::query(&sql("insert into message_batches (id, delivered_at) values (?, ?) on conflict do nothing"))
+                        .bind(buffered.id.to_string())
+                        .bind(Utc::now().timestamp_micros())
+                        .execute(&mut *conn)
+                        .await?
+                        .rows_affected()
+                        == 1;
+                if !first_delivery {
+                    continue;
+                }
+                // seq continues after the session's last message, so order survives equal timestamps.
+                let last: Option<i64> =
+                    sqlx::query_scalar(&sql("select max(seq) from messages where tenant = ? and session_scope = ?"))
+                        .bind(&buffered.tenant)
+                        .bind(&buffered.session)
+                        .fetch_one(&mut *conn)
+                        .await?;
+                let mut seq = last.unwrap_or(0);
+                for (index, message) in buffered.messages.iter().enumerate() {
+                    seq += 1;
+                    sqlx::query(&sql(
+                        "insert into messages (id, tenant, session_scope, role, content, name, created_at, seq) \
+                         values (?, ?, ?, ?, ?, ?, ?, ?) on conflict do nothing",
+                    ))
+                    .bind(format!("{}:{index}", buffered.id))
+                    .bind(&buffered.tenant)
+                    .bind(&buffered.session)
+                    .bind(&message.role)
+                    .bind(&message.content)
+                    .bind(&message.name)
+                    .bind(buffered.at.timestamp_micros())
+                    .bind(seq)
+                    .execute(&mut *conn)
+                    .await?;
+                }
+                sqlx::query(&sql(
+                    "delete from messages where tenant = ? and session_scope = ? and seq <= \
+                     (select seq from messages where tenant = ? and session_scope = ? order by seq desc limit 1 offset ?)",
+                ))
+                .bind(&buffered.tenant)
+                .bind(&buffered.session)
+                .bind(&buffered.tenant)
+                .bind(&buffered.session)
+                .bind(BUFFER_KEEP as i64)
+                .execute(&mut *conn)
+                .await?;
+            }
+            Ok(())
+        }
+    };
+}
+
+deliver_fn!(deliver_sqlite, sqlx::SqliteConnection, db::plain, None);
+// Two replicas buffering turns of one session at once would otherwise both continue after the
+// same last `seq`.
+deliver_fn!(
+    deliver_postgres,
+    sqlx::PgConnection,
+    db::numbered,
+    Some("select pg_advisory_xact_lock(hashtextextended($1, 0))")
+);
+
+/// The history: in the SQLite history volume, or in the Postgres database of the store
+/// (`memory.history.provider`).
 #[derive(Debug, Clone)]
 pub struct HistoryStore {
-    pool: SqlitePool,
-    turns: WriteTurns,
+    db: Db,
 }
 
 impl HistoryStore {
-    /// Opens (creating if needed) the history database at `path`.
+    /// Opens (creating if needed) the SQLite history volume at `path`.
     ///
     /// # Errors
     /// [`Error::StoreUnavailable`] when it cannot be opened.
     pub async fn open(path: &Path) -> Result<Self> {
         let pool = crate::store::open_sqlite(path, &MIGRATOR).await?;
-        Ok(Self { pool, turns: WriteTurns::default() })
+        Ok(Self { db: Db::Sqlite { pool, turns: WriteTurns::default() } })
     }
 
-    /// Returns the API key store, which lives in the same volume.
+    /// The history in the database of `store` (its migrations create the tables): memory writes
+    /// then commit their history in their own transaction, and every replica on the database
+    /// shares history, buffer, API keys, request log and runtime configuration.
+    pub fn in_postgres(store: &PgVectorStore) -> Self {
+        Self { db: Db::Postgres(store.pool().clone()) }
+    }
+
+    /// True when the history lives in the store's Postgres database: a write hands its history
+    /// to the store, which commits it with the change ([`crate::store::WriteSet::history`]).
+    pub fn in_store(&self) -> bool {
+        matches!(self.db, Db::Postgres(_))
+    }
+
+    /// Returns the API key store, which lives in the same database.
     pub fn api_keys(&self) -> ApiKeys {
-        ApiKeys::new(self.pool.clone())
+        ApiKeys::new(self.db.clone())
     }
 
-    /// Returns the request log, which lives in the same volume.
+    /// Returns the request log, which lives in the same database.
     pub fn request_log(&self) -> RequestLog {
-        RequestLog::new(self.pool.clone(), self.turns.clone())
+        RequestLog::new(self.db.clone())
     }
 
     /// Delivers history entries and buffered conversation messages in one transaction, then
@@ -136,87 +263,18 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`]; nothing is written then.
     pub async fn deliver(&self, records: &[HistoryRecord], buffered: &[BufferedMessages]) -> Result<()> {
-        let mut transaction = self.turns.begin(&self.pool).await?;
-        for record in records {
-            sqlx::query(
-                "insert or ignore into history (id, tenant, memory_id, user_id, agent_id, run_id, old_memory, \
-                 new_memory, event, created_at, updated_at, is_deleted, actor_id, role) \
-                 values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(record.id.to_string())
-            .bind(&record.tenant)
-            .bind(record.memory_id.to_string())
-            .bind(&record.scope.user_id)
-            .bind(&record.scope.agent_id)
-            .bind(&record.scope.run_id)
-            .bind(&record.old_memory)
-            .bind(&record.new_memory)
-            .bind(record.event.as_str())
-            .bind(record.created_at.timestamp_micros())
-            .bind(record.updated_at.map(|at| at.timestamp_micros()))
-            .bind(record.is_deleted)
-            .bind(&record.actor_id)
-            .bind(&record.role)
-            .execute(&mut *transaction)
-            .await?;
-        }
-        if !buffered.is_empty() {
-            let forgotten = Utc::now() - chrono::Duration::days(BATCH_MARKER_DAYS);
-            sqlx::query("delete from message_batches where delivered_at < ?")
-                .bind(forgotten.timestamp_micros())
-                .execute(&mut *transaction)
-                .await?;
-        }
-        for buffered in buffered.iter().filter(|buffered| !buffered.messages.is_empty()) {
-            let first_delivery = sqlx::query("insert or ignore into message_batches (id, delivered_at) values (?, ?)")
-                .bind(buffered.id.to_string())
-                .bind(Utc::now().timestamp_micros())
-                .execute(&mut *transaction)
-                .await?
-                .rows_affected()
-                == 1;
-            if !first_delivery {
-                continue;
+        match &self.db {
+            Db::Sqlite { pool, turns } => {
+                let mut transaction = turns.begin(pool).await?;
+                deliver_sqlite(&mut transaction, records, buffered).await?;
+                transaction.commit().await
             }
-            // seq continues after the session's last message, so order survives equal timestamps.
-            let last: Option<i64> =
-                sqlx::query_scalar("select max(seq) from messages where tenant = ? and session_scope = ?")
-                    .bind(&buffered.tenant)
-                    .bind(&buffered.session)
-                    .fetch_one(&mut *transaction)
-                    .await?;
-            let mut seq = last.unwrap_or(0);
-            for (index, message) in buffered.messages.iter().enumerate() {
-                seq += 1;
-                sqlx::query(
-                    "insert or ignore into messages (id, tenant, session_scope, role, content, name, created_at, seq) \
-                     values (?, ?, ?, ?, ?, ?, ?, ?)",
-                )
-                .bind(format!("{}:{index}", buffered.id))
-                .bind(&buffered.tenant)
-                .bind(&buffered.session)
-                .bind(&message.role)
-                .bind(&message.content)
-                .bind(&message.name)
-                .bind(buffered.at.timestamp_micros())
-                .bind(seq)
-                .execute(&mut *transaction)
-                .await?;
+            Db::Postgres(pool) => {
+                let mut transaction = pool.begin().await?;
+                deliver_postgres(&mut transaction, records, buffered).await?;
+                Ok(transaction.commit().await?)
             }
-            sqlx::query(
-                "delete from messages where tenant = ? and session_scope = ? and seq <= \
-                 (select seq from messages where tenant = ? and session_scope = ? order by seq desc limit 1 offset ?)",
-            )
-            .bind(&buffered.tenant)
-            .bind(&buffered.session)
-            .bind(&buffered.tenant)
-            .bind(&buffered.session)
-            .bind(BUFFER_KEEP as i64)
-            .execute(&mut *transaction)
-            .await?;
         }
-        transaction.commit().await?;
-        Ok(())
     }
 
     /// Returns the entries of one memory of `tenant`, oldest first.
@@ -224,44 +282,13 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn for_memory(&self, tenant: &str, memory_id: Uuid) -> Result<Vec<HistoryRecord>> {
-        let rows = sqlx::query(
-            "select id, tenant, memory_id, user_id, agent_id, run_id, old_memory, new_memory, event, created_at, \
-             updated_at, is_deleted, actor_id, role from history where tenant = ? and memory_id = ? \
-             order by created_at, id",
-        )
-        .bind(tenant)
-        .bind(memory_id.to_string())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let id: String = row.try_get("id")?;
-                let event: String = row.try_get("event")?;
-                let created_at: i64 = row.try_get("created_at")?;
-                let updated_at: Option<i64> = row.try_get("updated_at")?;
-                let bad = |what: &str| Error::Internal(format!("history row {id}: bad {what}"));
-                Ok(HistoryRecord {
-                    id: Uuid::parse_str(&id).map_err(|_| bad("id"))?,
-                    memory_id,
-                    old_memory: row.try_get("old_memory")?,
-                    new_memory: row.try_get("new_memory")?,
-                    event: HistoryEvent::parse(&event).ok_or_else(|| bad("event"))?,
-                    created_at: DateTime::from_timestamp_micros(created_at).ok_or_else(|| bad("created_at"))?,
-                    updated_at: updated_at
-                        .map(|at| DateTime::from_timestamp_micros(at).ok_or_else(|| bad("updated_at")))
-                        .transpose()?,
-                    is_deleted: row.try_get("is_deleted")?,
-                    actor_id: row.try_get("actor_id")?,
-                    role: row.try_get("role")?,
-                    tenant: row.try_get("tenant")?,
-                    scope: Scope {
-                        user_id: row.try_get("user_id")?,
-                        agent_id: row.try_get("agent_id")?,
-                        run_id: row.try_get("run_id")?,
-                    },
-                })
-            })
-            .collect()
+        const SELECT: &str = "select id, tenant, memory_id, user_id, agent_id, run_id, old_memory, new_memory, event, \
+             created_at, updated_at, is_deleted, actor_id, role from history where tenant = ? and memory_id = ? \
+             order by created_at, id";
+        on_pool!(&self.db, |pool, sql| {
+            let rows = sqlx::query(&sql(SELECT)).bind(tenant).bind(memory_id.to_string()).fetch_all(pool).await?;
+            rows.iter().map(|row| history_row(row, memory_id)).collect()
+        })
     }
 
     /// Deletes history and messages of `tenant`, or of every tenant when `None`.
@@ -269,19 +296,19 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn reset(&self, tenant: Option<&str>) -> Result<()> {
-        let mut transaction = self.turns.begin(&self.pool).await?;
-        for table in ["history", "messages"] {
-            match tenant {
-                Some(tenant) => {
-                    sqlx::query(&format!("delete from {table} where tenant = ?"))
-                        .bind(tenant)
-                        .execute(&mut *transaction)
-                        .await?
-                }
-                None => sqlx::query(&format!("delete from {table}")).execute(&mut *transaction).await?,
-            };
-        }
-        transaction.commit().await?;
+        in_transaction!(&self.db, |transaction, sql| {
+            for table in ["history", "messages"] {
+                match tenant {
+                    Some(tenant) => {
+                        sqlx::query(&sql(&format!("delete from {table} where tenant = ?")))
+                            .bind(tenant)
+                            .execute(&mut *transaction)
+                            .await?
+                    }
+                    None => sqlx::query(&format!("delete from {table}")).execute(&mut *transaction).await?,
+                };
+            }
+        });
         Ok(())
     }
 
@@ -290,7 +317,46 @@ impl HistoryStore {
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn ping(&self) -> Result<()> {
-        sqlx::query_scalar::<_, i64>("select 1").fetch_one(&self.pool).await?;
+        on_pool!(&self.db, |pool, _sql| {
+            sqlx::query("select 1").execute(pool).await?;
+        });
         Ok(())
     }
+}
+
+/// A history entry of `memory_id` from its row (either database).
+fn history_row<R: Row>(row: &R, memory_id: Uuid) -> Result<HistoryRecord>
+where
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+    String: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<i64>: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    bool: for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let id: String = row.try_get("id")?;
+    let event: String = row.try_get("event")?;
+    let created_at: i64 = row.try_get("created_at")?;
+    let updated_at: Option<i64> = row.try_get("updated_at")?;
+    let bad = |what: &str| Error::Internal(format!("history row {id}: bad {what}"));
+    Ok(HistoryRecord {
+        id: Uuid::parse_str(&id).map_err(|_| bad("id"))?,
+        memory_id,
+        old_memory: row.try_get("old_memory")?,
+        new_memory: row.try_get("new_memory")?,
+        event: HistoryEvent::parse(&event).ok_or_else(|| bad("event"))?,
+        created_at: DateTime::from_timestamp_micros(created_at).ok_or_else(|| bad("created_at"))?,
+        updated_at: updated_at
+            .map(|at| DateTime::from_timestamp_micros(at).ok_or_else(|| bad("updated_at")))
+            .transpose()?,
+        is_deleted: row.try_get("is_deleted")?,
+        actor_id: row.try_get("actor_id")?,
+        role: row.try_get("role")?,
+        tenant: row.try_get("tenant")?,
+        scope: Scope {
+            user_id: row.try_get("user_id")?,
+            agent_id: row.try_get("agent_id")?,
+            run_id: row.try_get("run_id")?,
+        },
+    })
 }

@@ -1,12 +1,12 @@
 //! The request log: one row per handled request (method, route template, status, latency,
-//! principal, tenant) in the history volume; written in batches by the server, read by admins.
+//! principal, tenant) beside the history; written in batches by the server, read by admins.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{Row, SqlitePool};
+use sqlx::Row;
 
+use super::db::{in_transaction, on_pool, Db};
 use crate::error::Result;
-use crate::store::WriteTurns;
 
 /// One handled request, as kept in the request log.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -30,16 +30,15 @@ pub struct RequestLogEntry {
     pub tenant: Option<String>,
 }
 
-/// The request log of the history volume.
+/// The request log, beside the history.
 #[derive(Debug, Clone)]
 pub struct RequestLog {
-    pool: SqlitePool,
-    turns: WriteTurns,
+    db: Db,
 }
 
 impl RequestLog {
-    pub(super) fn new(pool: SqlitePool, turns: WriteTurns) -> Self {
-        Self { pool, turns }
+    pub(super) fn new(db: Db) -> Self {
+        Self { db }
     }
 
     /// Appends request log entries in one transaction.
@@ -47,23 +46,23 @@ impl RequestLog {
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn append(&self, entries: &[RequestLogEntry]) -> Result<()> {
-        let mut transaction = self.turns.begin(&self.pool).await?;
-        for entry in entries {
-            sqlx::query(
-                "insert into request_log (at, method, route, status, latency_ms, principal_id, tenant) \
-                 values (?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(entry.at.timestamp_micros())
-            .bind(&entry.method)
-            .bind(&entry.route)
-            .bind(i64::from(entry.status))
-            .bind(entry.latency_ms)
-            .bind(&entry.principal_id)
-            .bind(&entry.tenant)
-            .execute(&mut *transaction)
-            .await?;
-        }
-        transaction.commit().await?;
+        in_transaction!(&self.db, |transaction, sql| {
+            let statement =
+                sql("insert into request_log (at, method, route, status, latency_ms, principal_id, tenant) \
+                 values (?, ?, ?, ?, ?, ?, ?)");
+            for entry in entries {
+                sqlx::query(&statement)
+                    .bind(entry.at.timestamp_micros())
+                    .bind(&entry.method)
+                    .bind(&entry.route)
+                    .bind(i64::from(entry.status))
+                    .bind(entry.latency_ms)
+                    .bind(&entry.principal_id)
+                    .bind(&entry.tenant)
+                    .execute(&mut *transaction)
+                    .await?;
+            }
+        });
         Ok(())
     }
 
@@ -86,28 +85,31 @@ impl RequestLog {
         };
         let statement = format!(
             "select id, at, method, route, status, latency_ms, principal_id, tenant from request_log \
-             where (? is null or tenant = ?) and id < ?{principal_filter} order by id desc limit ?"
+             where (cast(? as text) is null or tenant = ?) and id < ?{principal_filter} order by id desc limit ?"
         );
-        let mut query = sqlx::query(&statement).bind(tenant).bind(tenant).bind(before.unwrap_or(i64::MAX));
-        for principal in principals.unwrap_or_default() {
-            query = query.bind(principal);
-        }
-        let rows = query.bind(i64::try_from(limit).unwrap_or(i64::MAX)).fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|row| {
-                let status: i64 = row.try_get("status")?;
-                Ok(RequestLogEntry {
-                    id: row.try_get("id")?,
-                    at: DateTime::from_timestamp_micros(row.try_get("at")?).unwrap_or_default(),
-                    method: row.try_get("method")?,
-                    route: row.try_get("route")?,
-                    status: u16::try_from(status).unwrap_or_default(),
-                    latency_ms: row.try_get("latency_ms")?,
-                    principal_id: row.try_get("principal_id")?,
-                    tenant: row.try_get("tenant")?,
+        on_pool!(&self.db, |pool, sql| {
+            let statement = sql(&statement);
+            let mut query = sqlx::query(&statement).bind(tenant).bind(tenant).bind(before.unwrap_or(i64::MAX));
+            for principal in principals.unwrap_or_default() {
+                query = query.bind(principal);
+            }
+            let rows = query.bind(i64::try_from(limit).unwrap_or(i64::MAX)).fetch_all(pool).await?;
+            rows.iter()
+                .map(|row| {
+                    let status: i64 = row.try_get("status")?;
+                    Ok(RequestLogEntry {
+                        id: row.try_get("id")?,
+                        at: DateTime::from_timestamp_micros(row.try_get("at")?).unwrap_or_default(),
+                        method: row.try_get("method")?,
+                        route: row.try_get("route")?,
+                        status: u16::try_from(status).unwrap_or_default(),
+                        latency_ms: row.try_get("latency_ms")?,
+                        principal_id: row.try_get("principal_id")?,
+                        tenant: row.try_get("tenant")?,
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
     }
 
     /// Deletes request log entries older than `cutoff`; returns how many.
@@ -115,10 +117,13 @@ impl RequestLog {
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn prune(&self, cutoff: DateTime<Utc>) -> Result<u64> {
-        let result = sqlx::query("delete from request_log where at < ?")
-            .bind(cutoff.timestamp_micros())
-            .execute(&self.pool)
-            .await?;
-        Ok(result.rows_affected())
+        let deleted = on_pool!(&self.db, |pool, sql| {
+            sqlx::query(&sql("delete from request_log where at < ?"))
+                .bind(cutoff.timestamp_micros())
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(deleted)
     }
 }

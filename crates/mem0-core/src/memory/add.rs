@@ -119,7 +119,7 @@ impl Memory {
             })
             .collect();
         let links = entity_links(&records, &name_vectors, "proper");
-        self.write_new(caller, &records, &links, None, now).await?;
+        self.write_new(caller, &records, &links, None, None, now).await?;
         Ok(AddOutcome { results: added(records), warnings: Vec::new(), usage: None })
     }
 
@@ -208,7 +208,12 @@ impl Memory {
             })
             .collect();
         let links = entity_links(&records, &name_vectors, "llm");
-        self.write_new(caller, &records, &links, Some(buffered), now).await?;
+        // The same facts added at once (a retry, two replicas) store one memory: the hashes are
+        // checked again inside the write transaction.
+        let unique_in = self.scoped_query(caller, request.scope.clone(), None, false);
+        let skipped = self.write_new(caller, &records, &links, Some(buffered), Some(unique_in), now).await?;
+        let mut records = records;
+        records.retain(|record| !skipped.contains(&record.id));
         Ok(AddOutcome { results: added(records), warnings, usage: Some(response.usage) })
     }
 
@@ -315,7 +320,7 @@ impl Memory {
             ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), summary, embedding, observed_at)
         };
         let records = vec![record];
-        self.write_new(caller, &records, &[], None, now).await?;
+        self.write_new(caller, &records, &[], None, None, now).await?;
         Ok(AddOutcome { results: added(records), warnings: Vec::new(), usage: Some(response.usage) })
     }
 

@@ -1,6 +1,7 @@
 //! Changing memories, all or nothing: every write commits its rows, index entries, entity links
-//! and a journal of its history in one store transaction, then delivers the history (see
-//! [`Memory::commit`]); updates and deletes; recovery of what a crash left in the journal.
+//! and its history in one store transaction (history on Postgres), or a journal of its history
+//! that is then delivered to the history volume (see [`Memory::commit`]); updates and deletes;
+//! recovery of what a crash left in the journal.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -109,15 +110,18 @@ impl Memory {
     }
 
     /// Writes new memories, their entity links, their ADD history and (optionally) buffered
-    /// messages, all or nothing (see [`Memory::commit`]).
+    /// messages, all or nothing (see [`Memory::commit`]). With `unique_in`, memories whose hash
+    /// one matching it already has are left out, checked inside the transaction (see
+    /// [`WriteSet::unique_in`]); returns the ids left out.
     pub(super) async fn write_new(
         &self,
         caller: &Caller,
         records: &[MemoryRecord],
         links: &[EntityLink],
         buffered: Option<BufferedMessages>,
+        unique_in: Option<crate::store::ScopedQuery>,
         now: DateTime<Utc>,
-    ) -> Result<()> {
+    ) -> Result<Vec<Uuid>> {
         let history: Vec<HistoryRecord> =
             records.iter().map(|record| HistoryRecord::for_event(record, HistoryEvent::Add, None, now)).collect();
         let write = WriteSet {
@@ -125,13 +129,15 @@ impl Memory {
             insert: records.to_vec(),
             links: links.to_vec(),
             merge_threshold: self.retrieval().entity_merge_threshold,
+            unique_in,
             ..WriteSet::default()
         };
-        self.commit(write, history, buffered).await.map(|_| ())
+        Ok(self.commit(write, history, buffered).await?.skipped)
     }
 
-    /// Commits a change with its history: the change and its journal entries (history entries,
-    /// buffered messages) in one store transaction, then the entries to the history volume, then
+    /// Commits a change with its history. History on Postgres: the change, its history entries
+    /// and buffered messages in one store transaction. History in the SQLite volume: the change
+    /// and its journal entries (history entries, buffered messages) in one store transaction, then the entries to the history volume, then
     /// the journal entries are removed. If the history volume refuses them, the change is undone
     /// (and its journal entries with it) and the error returned: the caller sees nothing changed.
     /// A crash after the store transaction leaves the entries in the journal, delivered by
@@ -158,6 +164,15 @@ impl Memory {
         history: Vec<HistoryRecord>,
         buffered: Option<BufferedMessages>,
     ) -> Result<Applied> {
+        if self.history.in_store() {
+            // History on Postgres: the store commits it in the change's own transaction.
+            write.history = history;
+            write.messages = buffered.into_iter().filter(|batch| !batch.messages.is_empty()).collect();
+            self.fail_point("write.before_commit");
+            let applied = self.store.apply(&write).await?;
+            self.fail_point("write.after_commit");
+            return Ok(applied);
+        }
         let now = Utc::now();
         let mut pending: Vec<Pending> = history
             .into_iter()
@@ -180,7 +195,7 @@ impl Memory {
         let mut batches = Vec::new();
         for item in pending {
             match item {
-                Pending::History { record, .. } if applied.missing.contains(&record.memory_id) => {}
+                Pending::History { record, .. } if !applied.describes(Some(record.memory_id)) => {}
                 Pending::History { record, .. } => records.push(*record),
                 Pending::Messages { batch } => batches.push(batch),
             }

@@ -23,8 +23,9 @@ pub use sqlite::{SqliteStore, DEFAULT_VECTOR_CACHE_ENTRIES};
 
 use crate::error::{Error, Result};
 use crate::filter::Filter;
+use crate::history::BufferedMessages;
 use crate::scope::Scope;
-use crate::types::MemoryRecord;
+use crate::types::{HistoryRecord, MemoryRecord};
 
 /// Which rows a read may see: always one tenant and one scope, optionally narrowed by a filter.
 #[derive(Debug, Clone)]
@@ -326,9 +327,9 @@ pub struct JournalEntry {
 }
 
 /// One all-or-nothing write: memory rows, their keyword index, their entity links and the
-/// journal entries describing the change commit in one store transaction, or nothing does.
-/// Applied in this order: deletes, updates, inserts, link removal (`relink`), new links,
-/// journal entries, settled entries.
+/// journal entries (or, history on Postgres, the history itself) describing the change commit in
+/// one store transaction, or nothing does. Applied in this order: deletes, updates, inserts,
+/// link removal (`relink`), new links, journal entries, settled entries, history.
 #[derive(Debug, Clone, Default)]
 pub struct WriteSet {
     /// Tenant of the deleted rows (updated and inserted rows carry their own).
@@ -353,6 +354,17 @@ pub struct WriteSet {
     pub journal: Vec<JournalEntry>,
     /// Journal entries to remove (delivered, or their change undone).
     pub settle: Vec<Uuid>,
+    /// History entries committed with the change (entries of skipped delete targets are not),
+    /// by a store that keeps the history in its own database (Postgres with
+    /// `memory.history.provider = "postgres"`); other stores refuse a write that carries them.
+    pub history: Vec<HistoryRecord>,
+    /// Buffered conversation messages committed with the change, like `history`.
+    pub messages: Vec<BufferedMessages>,
+    /// When set, inserts whose hash a memory matching this query already has are skipped
+    /// (reported in [`Applied::skipped`], with their links, history and journal entries). The
+    /// check runs inside the transaction under a lock per tenant and scope, so concurrent writers
+    /// (replicas too) cannot both store the same fact.
+    pub unique_in: Option<ScopedQuery>,
     /// Rows that must still carry these `updated_at` values (checked first); otherwise the write
     /// fails with [`Error::Conflict`] and changes nothing. Guards undo and re-analysis against
     /// overwriting a change made meanwhile.
@@ -370,6 +382,38 @@ pub struct Applied {
     pub previous_links: Vec<EntityLink>,
     /// Delete targets that did not exist (with `skip_missing`).
     pub missing: Vec<Uuid>,
+    /// Inserts skipped because their hash was already there (with `unique_in`).
+    pub skipped: Vec<Uuid>,
+}
+
+impl Applied {
+    /// True when the journal entry or history entry about `memory_id` goes with the write: its
+    /// memory was not a missing delete target nor a skipped insert.
+    pub fn describes(&self, memory_id: Option<Uuid>) -> bool {
+        memory_id.is_none_or(|id| !self.missing.contains(&id) && !self.skipped.contains(&id))
+    }
+}
+
+/// The inserts of `write` without those whose hash is in `known`, and the ids left out.
+pub(crate) fn without_known(
+    write: &WriteSet,
+    known: &std::collections::HashSet<String>,
+) -> (Vec<MemoryRecord>, Vec<Uuid>) {
+    let (skipped, kept): (Vec<&MemoryRecord>, Vec<&MemoryRecord>) =
+        write.insert.iter().partition(|record| known.contains(&record.hash));
+    (kept.into_iter().cloned().collect(), skipped.into_iter().map(|record| record.id).collect())
+}
+
+/// The key of the lock a write with [`WriteSet::unique_in`] takes for its tenant and scope.
+pub(crate) fn dedup_lock_key(query: &ScopedQuery) -> String {
+    let id = |value: &Option<String>| value.clone().unwrap_or_default();
+    format!(
+        "dedup\n{}\n{}\n{}\n{}",
+        query.tenant,
+        id(&query.scope.user_id),
+        id(&query.scope.agent_id),
+        id(&query.scope.run_id)
+    )
 }
 
 impl WriteSet {
@@ -408,6 +452,9 @@ impl WriteSet {
             settle: journal,
             // Only if nobody changed the rows since: never overwrite a later change.
             expect: self.insert.iter().chain(&self.update).map(|record| (record.id, record.updated_at)).collect(),
+            history: Vec::new(),
+            messages: Vec::new(),
+            unique_in: None,
         }
     }
 }

@@ -52,6 +52,7 @@ impl Drop for PgDatabase {
 
 /// Polls `operation` `polls` times (letting the runtime work in between) and drops it, the way a
 /// disconnecting client or a request timeout cancels a request.
+#[allow(dead_code)] // not every test binary that includes this module uses it
 pub async fn cancel_after<F: std::future::Future>(operation: F, polls: usize) {
     let mut operation = std::pin::pin!(operation);
     for _ in 0..polls {

@@ -18,12 +18,16 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
 pub struct StatusResponse {
     /// `ok` or `ready`.
     pub status: String,
+    /// Something an operator should know while the server still serves: e.g. a runtime
+    /// configuration changed through another replica that this one could not apply.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// Liveness: the process is up
 #[utoipa::path(get, path = "/health", tag = "health", responses((status = 200, description = "Alive", body = StatusResponse)))]
 pub async fn health() -> AppJson<StatusResponse> {
-    AppJson(StatusResponse { status: "ok".to_owned() })
+    AppJson(StatusResponse { status: "ok".to_owned(), detail: None })
 }
 
 /// Readiness: the vector store and the history volume answer
@@ -41,5 +45,6 @@ pub async fn ready(State(state): State<AppState>) -> Result<AppJson<StatusRespon
         return Err(ApiError::new(ErrorCode::Draining, "shutting down: send requests to another replica"));
     }
     state.memory().ready().await?;
-    Ok(AppJson(StatusResponse { status: "ready".to_owned() }))
+    let detail = state.memory_handle.config_problem.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    Ok(AppJson(StatusResponse { status: "ready".to_owned(), detail }))
 }

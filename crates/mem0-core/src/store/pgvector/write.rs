@@ -9,8 +9,9 @@ use super::codec::row_to_record;
 use super::COLUMNS;
 use crate::error::{Error, Result};
 use crate::scope::Scope;
-use crate::store::{doc_len, Applied, EntityLink, WriteSet};
-use crate::types::MemoryRecord;
+use crate::store::sql::{where_clause, Postgres as Pg};
+use crate::store::{dedup_lock_key, doc_len, without_known, Applied, EntityLink, ScopedQuery, WriteSet};
+use crate::types::{HistoryRecord, MemoryRecord};
 
 /// Removes those of `entity_ids` that no memory links to any more.
 pub(super) async fn remove_orphan_entities(executor: &mut sqlx::PgConnection, entity_ids: &[Uuid]) -> Result<()> {
@@ -31,6 +32,24 @@ pub(super) async fn remove_orphan_entities(executor: &mut sqlx::PgConnection, en
     .execute(&mut *executor)
     .await?;
     Ok(())
+}
+
+/// Hashes among `hashes` that memories matching `query` already have, read under a transaction
+/// lock on the query's tenant and scope: a concurrent writer of the same scope (another replica)
+/// waits here until this transaction ends, then sees what it committed.
+async fn known_hashes(
+    executor: &mut sqlx::PgConnection,
+    query: &ScopedQuery,
+    hashes: &[String],
+) -> Result<std::collections::HashSet<String>> {
+    sqlx::query("select pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(dedup_lock_key(query))
+        .execute(&mut *executor)
+        .await?;
+    let (sql, binds) = where_clause(Pg, query, 1).into_parts();
+    let statement = format!("select distinct hash from memories where {sql} and hash = any(${})", binds.len() + 1);
+    let rows = super::bind_all(sqlx::query(&statement), &binds).bind(hashes).fetch_all(&mut *executor).await?;
+    rows.iter().map(|row| Ok(row.try_get("hash")?)).collect()
 }
 
 /// Applies a write inside an open transaction (see [`WriteSet`] for the order).
@@ -81,17 +100,32 @@ pub(super) async fn apply_in(executor: &mut sqlx::PgConnection, write: &WriteSet
         applied.replaced.push(row_to_record(&previous)?);
         update_one(executor, record).await?;
     }
-    insert_rows(executor, &write.insert).await?;
+    let inserts = match &write.unique_in {
+        Some(query) => {
+            let hashes: Vec<String> = write.insert.iter().map(|record| record.hash.clone()).collect();
+            let (kept, skipped) = without_known(write, &known_hashes(executor, query, &hashes).await?);
+            applied.skipped = skipped;
+            std::borrow::Cow::Owned(kept)
+        }
+        None => std::borrow::Cow::Borrowed(&write.insert),
+    };
+    insert_rows(executor, &inserts).await?;
     if !write.relink.is_empty() {
         sqlx::query("delete from memory_entity_links where memory_id = any($1)")
             .bind(&write.relink)
             .execute(&mut *executor)
             .await?;
     }
-    add_links(executor, &write.links, write.merge_threshold).await?;
+    if applied.skipped.is_empty() {
+        add_links(executor, &write.links, write.merge_threshold).await?;
+    } else {
+        let links: Vec<EntityLink> =
+            write.links.iter().filter(|link| !applied.skipped.contains(&link.memory_id)).cloned().collect();
+        add_links(executor, &links, write.merge_threshold).await?;
+    }
     remove_orphan_entities(executor, &orphan_candidates).await?;
     for entry in &write.journal {
-        if entry.memory_id.is_some_and(|id| applied.missing.contains(&id)) {
+        if !applied.describes(entry.memory_id) {
             continue;
         }
         sqlx::query(
@@ -110,6 +144,11 @@ pub(super) async fn apply_in(executor: &mut sqlx::PgConnection, write: &WriteSet
             .bind(&write.settle)
             .execute(&mut *executor)
             .await?;
+    }
+    if !write.history.is_empty() || !write.messages.is_empty() {
+        let history: Vec<HistoryRecord> =
+            write.history.iter().filter(|record| applied.describes(Some(record.memory_id))).cloned().collect();
+        crate::history::deliver_postgres(executor, &history, &write.messages).await?;
     }
     Ok(applied)
 }

@@ -237,6 +237,11 @@ impl Ord for Candidate {
 #[async_trait]
 impl MemoryRows for SqliteStore {
     async fn apply(&self, write: &WriteSet) -> Result<Applied> {
+        if !write.history.is_empty() || !write.messages.is_empty() {
+            // The embedded store's history lives in the history volume, delivered through the
+            // journal; a service assembled otherwise is a bug.
+            return Err(Error::Internal("the SQLite store does not keep history; use the history volume".into()));
+        }
         let mut transaction = self.turns.begin(&self.pool).await?;
         let applied = apply_in(&mut transaction, write).await?;
         transaction.commit().await?;

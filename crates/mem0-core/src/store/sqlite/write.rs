@@ -10,7 +10,8 @@ use super::codec::{decode_embedding, encode_embedding, micros, row_to_record};
 use super::{COLUMNS, FETCH_CHUNK};
 use crate::error::{Error, Result};
 use crate::scope::Scope;
-use crate::store::{cosine, doc_len, term_frequencies, Applied, EntityLink, WriteSet};
+use crate::store::sql::{where_clause, Sqlite};
+use crate::store::{cosine, doc_len, term_frequencies, without_known, Applied, EntityLink, ScopedQuery, WriteSet};
 use crate::types::MemoryRecord;
 
 /// Entity ids linked to any of `ids` (read before the memories are deleted).
@@ -148,6 +149,28 @@ pub(super) async fn write_terms(executor: &mut sqlx::SqliteConnection, record: &
     Ok(())
 }
 
+/// Hashes among `hashes` that memories matching `query` already have.
+async fn known_hashes(
+    executor: &mut sqlx::SqliteConnection,
+    query: &ScopedQuery,
+    hashes: &[String],
+) -> Result<std::collections::HashSet<String>> {
+    let mut known = std::collections::HashSet::new();
+    let (sql, binds) = where_clause(Sqlite, query, 1).into_parts();
+    for chunk in hashes.chunks(FETCH_CHUNK) {
+        let placeholders = vec!["?"; chunk.len()].join(", ");
+        let statement = format!("select distinct hash from memories where {sql} and hash in ({placeholders})");
+        let mut select = super::bind_all(sqlx::query(&statement), &binds);
+        for hash in chunk {
+            select = select.bind(hash);
+        }
+        for row in select.fetch_all(&mut *executor).await? {
+            known.insert(row.try_get("hash")?);
+        }
+    }
+    Ok(known)
+}
+
 /// Applies a write inside an open transaction (see [`WriteSet`] for the order).
 pub(super) async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &WriteSet) -> Result<Applied> {
     let mut applied = Applied::default();
@@ -190,7 +213,17 @@ pub(super) async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &Writ
         applied.replaced.push(row_to_record(&previous)?);
         update_one(executor, record).await?;
     }
-    for record in &write.insert {
+    let inserts = match &write.unique_in {
+        // The write transaction is immediate: no other writer runs until it commits.
+        Some(query) => {
+            let hashes: Vec<String> = write.insert.iter().map(|record| record.hash.clone()).collect();
+            let (kept, skipped) = without_known(write, &known_hashes(executor, query, &hashes).await?);
+            applied.skipped = skipped;
+            std::borrow::Cow::Owned(kept)
+        }
+        None => std::borrow::Cow::Borrowed(&write.insert),
+    };
+    for record in inserts.iter() {
         insert_one(executor, record).await?;
     }
     for chunk in touched.chunks(FETCH_CHUNK) {
@@ -202,12 +235,18 @@ pub(super) async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &Writ
         }
         unlink.execute(&mut *executor).await?;
     }
-    add_links(executor, &write.links, write.merge_threshold).await?;
+    if applied.skipped.is_empty() {
+        add_links(executor, &write.links, write.merge_threshold).await?;
+    } else {
+        let links: Vec<EntityLink> =
+            write.links.iter().filter(|link| !applied.skipped.contains(&link.memory_id)).cloned().collect();
+        add_links(executor, &links, write.merge_threshold).await?;
+    }
     orphan_candidates.sort();
     orphan_candidates.dedup();
     remove_orphan_entities(executor, &orphan_candidates).await?;
     for entry in &write.journal {
-        if entry.memory_id.is_some_and(|id| applied.missing.contains(&id)) {
+        if !applied.describes(entry.memory_id) {
             continue;
         }
         sqlx::query("insert into history_journal (id, tenant, memory_id, created_at, payload) values (?, ?, ?, ?, ?)")

@@ -1,0 +1,289 @@
+//! One suite, both history providers: the SQLite history volume and the history in the Postgres
+//! database of the store (`memory.history.provider = "postgres"`). History entries, the
+//! conversation buffer (under concurrent writers from two handles, as two replicas would be),
+//! API keys seen by another handle on the same database, the request log and stored settings.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use mem0_core::api_keys::NewApiKey;
+use mem0_core::history::{BufferedMessages, HistoryStore, RequestLogEntry, BUFFER_KEEP};
+use mem0_core::store::{PgVectorConfig, PgVectorStore};
+use mem0_core::types::{HistoryEvent, HistoryRecord, MemoryRecord};
+use mem0_core::{Caller, Message, Role, Scope, ScopeGrant};
+use uuid::Uuid;
+
+mod common;
+use common::PgDatabase;
+
+/// Two handles on one history database (two replicas, or a restart), and what keeps it alive.
+struct Provider {
+    name: &'static str,
+    first: HistoryStore,
+    second: HistoryStore,
+    _keep: Box<dyn std::any::Any>,
+}
+
+async fn providers() -> Vec<Provider> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("history.db");
+    let sqlite = Provider {
+        name: "sqlite",
+        first: HistoryStore::open(&path).await.expect("history volume"),
+        second: HistoryStore::open(&path).await.expect("history volume again"),
+        _keep: Box::new(dir),
+    };
+    let database = PgDatabase::create().await;
+    let config = PgVectorConfig { max_connections: 8, ..PgVectorConfig::default() };
+    let one = PgVectorStore::connect(&database.url(), &config).await.expect("postgres");
+    let two = PgVectorStore::connect(&database.url(), &config).await.expect("postgres again");
+    let postgres = Provider {
+        name: "postgres",
+        first: HistoryStore::in_postgres(&one),
+        second: HistoryStore::in_postgres(&two),
+        _keep: Box::new((database, one, two)),
+    };
+    vec![sqlite, postgres]
+}
+
+fn batch(tenant: &str, session: &str, said: &str, count: usize) -> BufferedMessages {
+    BufferedMessages {
+        id: Uuid::now_v7(),
+        tenant: tenant.to_owned(),
+        session: session.to_owned(),
+        at: Utc::now(),
+        messages: (0..count)
+            .map(|index| Message { role: "user".into(), content: format!("{said} {index}"), name: None })
+            .collect(),
+    }
+}
+
+fn record(tenant: &str, text: &str) -> MemoryRecord {
+    let scope = Scope::new(Some("u_1"), None, None).expect("scope");
+    let mut record = MemoryRecord::new(tenant, scope, text.to_owned(), vec![0.0; 4], Utc::now());
+    record.actor_id = Some("Ann".into());
+    record
+}
+
+#[tokio::test]
+async fn history_entries_round_trip_and_delivery_is_idempotent() {
+    for provider in providers().await {
+        let name = provider.name;
+        let memory = record("t1", "Likes tea");
+        let now = Utc::now();
+        let add = HistoryRecord::for_event(&memory, HistoryEvent::Add, None, now);
+        let mut changed = memory.clone();
+        changed.memory = "Likes green tea".into();
+        let update = HistoryRecord::for_event(
+            &changed,
+            HistoryEvent::Update,
+            Some(memory.memory.clone()),
+            now + chrono::Duration::seconds(1),
+        );
+        provider.first.deliver(&[add.clone(), update.clone()], &[]).await.expect("deliver");
+        // Delivered again (recovery after a crash): nothing doubles.
+        provider.second.deliver(std::slice::from_ref(&add), &[]).await.expect("deliver again");
+        let entries = provider.second.for_memory("t1", memory.id).await.expect("read");
+        let events: Vec<HistoryEvent> = entries.iter().map(|entry| entry.event).collect();
+        assert_eq!(events, [HistoryEvent::Add, HistoryEvent::Update], "{name}");
+        assert_eq!(entries[1].old_memory.as_deref(), Some("Likes tea"), "{name}");
+        assert_eq!(entries[1].new_memory.as_deref(), Some("Likes green tea"), "{name}");
+        assert_eq!(entries[0].scope, memory.scope, "{name}");
+        assert_eq!(entries[0].actor_id.as_deref(), Some("Ann"), "{name}");
+        assert_eq!(entries[0].created_at.timestamp_micros(), now.timestamp_micros(), "{name}");
+        assert!(provider.first.for_memory("t2", memory.id).await.expect("read").is_empty(), "{name}: other tenant");
+        provider.first.reset(Some("t1")).await.expect("reset");
+        assert!(provider.second.for_memory("t1", memory.id).await.expect("read").is_empty(), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_buffering_of_one_session_keeps_every_message_in_order() {
+    for provider in providers().await {
+        let name = provider.name;
+        let (first, second) = (Arc::new(provider.first.clone()), Arc::new(provider.second.clone()));
+        // 16 writers over two handles, 2 messages each, into one session.
+        let mut tasks = Vec::new();
+        for writer in 0..16 {
+            let history = if writer % 2 == 0 { Arc::clone(&first) } else { Arc::clone(&second) };
+            tasks.push(tokio::spawn(async move {
+                let turn = batch("t1", "user_id=u_1", &format!("w{writer}"), 2);
+                history.deliver(&[], &[turn]).await.expect("deliver");
+            }));
+        }
+        for task in tasks {
+            task.await.expect("writer");
+        }
+        let recent = first.recent_messages("t1", "user_id=u_1", BUFFER_KEEP).await.expect("recent");
+        assert_eq!(recent.len(), 32, "{name}: every message kept");
+        // Each batch's two messages are adjacent and in order: no two writers took the same seq.
+        for pair in recent.chunks(2) {
+            let stem = pair[0].content.trim_end_matches(" 0");
+            assert_eq!(pair[1].content, format!("{stem} 1"), "{name}: {recent:?}");
+        }
+        // Trimmed to the newest BUFFER_KEEP.
+        second.deliver(&[], &[batch("t1", "user_id=u_1", "late", BUFFER_KEEP)]).await.expect("deliver");
+        let recent = first.recent_messages("t1", "user_id=u_1", 1000).await.expect("recent");
+        assert_eq!(recent.len(), BUFFER_KEEP, "{name}");
+        assert!(recent.iter().all(|message| message.content.starts_with("late")), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn forgetting_sessions_matches_ids_exactly() {
+    for provider in providers().await {
+        let name = provider.name;
+        let history = &provider.first;
+        for session in ["user_id=a_b", "user_id=aXb", "user_id=A_B", "agent_id=x&user_id=a_b"] {
+            history.deliver(&[], &[batch("t1", session, session, 1)]).await.expect("deliver");
+        }
+        history.deliver(&[], &[batch("t2", "user_id=a_b", "other tenant", 1)]).await.expect("deliver");
+        let scope = Scope::new(Some("a_b"), None, None).expect("scope");
+        provider.second.forget_sessions("t1", &scope).await.expect("forget");
+        let left = |tenant: &'static str, session: &'static str| async move {
+            history.recent_messages(tenant, session, 10).await.expect("recent").len()
+        };
+        assert_eq!(left("t1", "user_id=a_b").await, 0, "{name}");
+        assert_eq!(left("t1", "agent_id=x&user_id=a_b").await, 0, "{name}: every session of the user");
+        assert_eq!(left("t1", "user_id=aXb").await, 1, "{name}: `_` is no wildcard");
+        assert_eq!(left("t1", "user_id=A_B").await, 1, "{name}: ids are case-sensitive");
+        assert_eq!(left("t2", "user_id=a_b").await, 1, "{name}: other tenant untouched");
+    }
+}
+
+#[tokio::test]
+async fn api_keys_created_on_one_handle_work_on_the_other() {
+    for provider in providers().await {
+        let name = provider.name;
+        let admin = Caller::local_admin("t1");
+        let new = NewApiKey {
+            tenant: Some("t2".into()),
+            label: "replica test".into(),
+            role: Role::Write,
+            grant: ScopeGrant { user_ids: Some(vec!["u_1".into()]), agent_ids: None },
+        };
+        let created = provider.first.api_keys().create(&admin, new).await.expect("create");
+        let caller = provider.second.api_keys().authenticate(&created.key).await.expect("auth").expect("known key");
+        assert_eq!((caller.tenant.as_str(), caller.role), ("t2", Role::Write), "{name}");
+        assert_eq!(caller.grant.user_ids.as_deref(), Some(&["u_1".to_owned()][..]), "{name}");
+        let listed = provider.second.api_keys().list(&admin).await.expect("list");
+        let info = listed.iter().find(|info| info.id == created.info.id).expect("listed");
+        assert!(info.last_used_at.is_some(), "{name}: use recorded");
+        let tenant_admin = Caller { global_admin: false, ..Caller::local_admin("t1") };
+        assert!(
+            provider.first.api_keys().list(&tenant_admin).await.expect("list").is_empty(),
+            "{name}: other tenant's"
+        );
+        provider.second.api_keys().revoke(&admin, created.info.id).await.expect("revoke");
+        assert!(provider.first.api_keys().authenticate(&created.key).await.expect("auth").is_none(), "{name}");
+        let wrong = format!("{}x", &created.key[..created.key.len() - 1]);
+        assert!(provider.first.api_keys().authenticate(&wrong).await.expect("auth").is_none(), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn the_request_log_pages_filters_and_prunes() {
+    for provider in providers().await {
+        let name = provider.name;
+        let entry = |minutes_ago: i64, tenant: Option<&str>, principal: &str| RequestLogEntry {
+            id: 0,
+            at: Utc::now() - chrono::Duration::minutes(minutes_ago),
+            method: "GET".into(),
+            route: "/memories/{memory_id}".into(),
+            status: 200,
+            latency_ms: 1.5,
+            principal_id: Some(principal.into()),
+            tenant: tenant.map(str::to_owned),
+        };
+        let entries = [
+            entry(90, Some("t1"), "key:a"),
+            entry(5, Some("t1"), "key:b"),
+            entry(4, Some("t2"), "key:a"),
+            entry(3, None, "admin"),
+        ];
+        provider.first.request_log().append(&entries).await.expect("append");
+        let log = provider.second.request_log();
+        let all = log.recent(None, None, None, 10).await.expect("recent");
+        assert_eq!(all.len(), 4, "{name}");
+        assert!(all.windows(2).all(|pair| pair[0].id > pair[1].id), "{name}: newest first");
+        assert_eq!(all[0].route, "/memories/{memory_id}", "{name}");
+        assert!((all[0].latency_ms - 1.5).abs() < 1e-9, "{name}");
+        let t1 = log.recent(Some("t1"), None, None, 10).await.expect("recent");
+        assert_eq!(t1.len(), 2, "{name}");
+        let page = log.recent(Some("t1"), None, Some(t1[0].id), 10).await.expect("recent");
+        assert_eq!(page, t1[1..], "{name}: paged");
+        let key_a = log.recent(None, Some(&["key:a".to_owned()]), None, 10).await.expect("recent");
+        assert_eq!(key_a.len(), 2, "{name}");
+        assert!(log.recent(None, Some(&[]), None, 10).await.expect("recent").is_empty(), "{name}");
+        let pruned = log.prune(Utc::now() - chrono::Duration::minutes(60)).await.expect("prune");
+        assert_eq!(pruned, 1, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn settings_are_shared_and_versioned() {
+    for provider in providers().await {
+        let name = provider.name;
+        assert_eq!(provider.first.setting("runtime").await.expect("read"), None, "{name}");
+        let one = provider.first.save_setting("runtime", r#"{"llm":{}}"#).await.expect("save");
+        let two = provider.second.save_setting("runtime", r#"{"llm":{"provider":"openai"}}"#).await.expect("save");
+        assert!(two > one, "{name}: versions grow");
+        let stored = provider.first.setting("runtime").await.expect("read").expect("stored");
+        assert_eq!((stored.value.as_str(), stored.version), (r#"{"llm":{"provider":"openai"}}"#, two), "{name}");
+    }
+}
+
+/// History on Postgres is committed by the store with the change it describes: a write that
+/// fails writes neither; one that succeeds writes both (entries of skipped delete targets left
+/// out). The SQLite store, whose history lives in the volume, refuses such a write.
+#[tokio::test]
+async fn history_in_the_store_commits_with_the_change_or_not_at_all() {
+    use mem0_core::store::{MemoryRows as _, VectorIndex as _, WriteSet};
+    let database = PgDatabase::create().await;
+    let store = PgVectorStore::connect(&database.url(), &PgVectorConfig::default()).await.expect("postgres");
+    store.ensure_dimension(4, "test").await.expect("dimension");
+    let history = HistoryStore::in_postgres(&store);
+    let fresh = record("t1", "Plays chess");
+    let added = HistoryRecord::for_event(&fresh, HistoryEvent::Add, None, Utc::now());
+    let said = batch("t1", "user_id=u_1", "said", 2);
+    let missing = record("t1", "Never stored");
+    let failing = WriteSet {
+        tenant: "t1".into(),
+        insert: vec![fresh.clone()],
+        update: vec![missing.clone()],
+        history: vec![added.clone()],
+        messages: vec![said.clone()],
+        ..WriteSet::default()
+    };
+    assert!(store.apply(&failing).await.is_err(), "an update of a missing row fails the write");
+    assert!(history.for_memory("t1", fresh.id).await.expect("read").is_empty(), "no history without its change");
+    assert!(history.recent_messages("t1", "user_id=u_1", 10).await.expect("read").is_empty(), "no messages either");
+
+    let gone = HistoryRecord::for_event(&missing, HistoryEvent::Delete, None, Utc::now());
+    let write = WriteSet {
+        tenant: "t1".into(),
+        insert: vec![fresh.clone()],
+        delete: vec![missing.id],
+        skip_missing: true,
+        history: vec![added, gone],
+        messages: vec![said],
+        ..WriteSet::default()
+    };
+    store.apply(&write).await.expect("apply");
+    let events: Vec<HistoryEvent> =
+        history.for_memory("t1", fresh.id).await.expect("read").iter().map(|entry| entry.event).collect();
+    assert_eq!(events, [HistoryEvent::Add]);
+    assert!(history.for_memory("t1", missing.id).await.expect("read").is_empty(), "no DELETE of nothing");
+    assert_eq!(history.recent_messages("t1", "user_id=u_1", 10).await.expect("read").len(), 2);
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite = mem0_core::store::SqliteStore::open(&dir.path().join("memories.db")).await.expect("sqlite");
+    let other = record("t1", "Elsewhere");
+    let refused = WriteSet {
+        insert: vec![other.clone()],
+        history: vec![HistoryRecord::for_event(&other, HistoryEvent::Add, None, Utc::now())],
+        ..WriteSet::default()
+    };
+    assert!(sqlite.apply(&refused).await.is_err(), "the SQLite store keeps no history");
+    assert!(sqlite.get("t1", other.id).await.expect("get").is_none(), "and writes nothing");
+}
