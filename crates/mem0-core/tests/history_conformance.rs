@@ -287,3 +287,40 @@ async fn history_in_the_store_commits_with_the_change_or_not_at_all() {
     assert!(sqlite.apply(&refused).await.is_err(), "the SQLite store keeps no history");
     assert!(sqlite.get("t1", other.id).await.expect("get").is_none(), "and writes nothing");
 }
+
+#[tokio::test]
+async fn idempotency_keys_are_claimed_once_replayed_and_expire() {
+    use mem0_core::history::{Claim, StoredResponse};
+    for provider in providers().await {
+        let name = provider.name;
+        let (one, two) = (provider.first.idempotency(), provider.second.idempotency());
+        let now = Utc::now();
+        let stale = chrono::Duration::minutes(5);
+        // 16 claims at once over two handles: exactly one runs.
+        let claims = (0..16).map(|index| {
+            let keys = if index % 2 == 0 { one.clone() } else { two.clone() };
+            async move { keys.claim("t1", "k1", "f1", now, stale).await.expect("claim") }
+        });
+        let claims = futures::future::join_all(claims).await;
+        assert_eq!(claims.iter().filter(|claim| **claim == Claim::Run).count(), 1, "{name}: {claims:?}");
+        assert!(claims.iter().all(|claim| matches!(claim, Claim::Run | Claim::InProgress)), "{name}");
+        assert_eq!(two.claim("t1", "k1", "other", now, stale).await.expect("claim"), Claim::Mismatch, "{name}");
+        assert_eq!(two.claim("t2", "k1", "other", now, stale).await.expect("claim"), Claim::Run, "{name}: per tenant");
+        let response = StoredResponse { status: 200, body: br#"{"results":[]}"#.to_vec() };
+        one.complete("t1", "k1", &response).await.expect("complete");
+        assert_eq!(two.claim("t1", "k1", "f1", now, stale).await.expect("claim"), Claim::Replay(response), "{name}");
+        // Released (the request failed): the next claim runs.
+        one.claim("t1", "k2", "f2", now, stale).await.expect("claim");
+        one.release("t1", "k2").await.expect("release");
+        assert_eq!(two.claim("t1", "k2", "f2", now, stale).await.expect("claim"), Claim::Run, "{name}");
+        // Still running after `stale` (its server died): the same request takes it over.
+        let later = now + chrono::Duration::minutes(6);
+        assert_eq!(two.claim("t1", "k2", "f2", later, stale).await.expect("claim"), Claim::Run, "{name}");
+        // After 24 hours a key is free for anything.
+        let tomorrow = now + chrono::Duration::hours(25);
+        assert_eq!(two.claim("t1", "k1", "new", tomorrow, stale).await.expect("claim"), Claim::Run, "{name}");
+        // Pruned a day after their (last) claim: t1/k2 and t2/k1 now, t1/k1 (claimed again) later.
+        assert_eq!(one.prune(tomorrow + chrono::Duration::hours(1)).await.expect("prune"), 2, "{name}");
+        assert_eq!(one.prune(tomorrow + chrono::Duration::hours(25)).await.expect("prune"), 1, "{name}");
+    }
+}

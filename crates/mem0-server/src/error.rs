@@ -54,6 +54,10 @@ pub enum ErrorCode {
     ApiKeyNotFound,
     /// The memory changed while the request was working on it; retry.
     Conflict,
+    /// The `Idempotency-Key` was used for a different request (422).
+    IdempotencyKeyReused,
+    /// A request with this `Idempotency-Key` is still running (409); retry once it finished.
+    IdempotencyKeyInProgress,
     /// A configuration change was refused; nothing changed.
     ConfigurationRejected,
     /// `infer=true` needs an LLM and none is configured.
@@ -98,7 +102,8 @@ impl ErrorCode {
             Self::MemoryNotFound | Self::RouteNotFound | Self::ApiKeyNotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::Conflict => StatusCode::CONFLICT,
+            Self::Conflict | Self::IdempotencyKeyInProgress => StatusCode::CONFLICT,
+            Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,

@@ -11,6 +11,7 @@ pub mod configure;
 pub mod docs;
 pub mod error;
 pub mod guard;
+pub mod idempotency;
 pub mod openapi;
 pub mod rate_limit;
 pub mod request_context;
@@ -41,7 +42,7 @@ use crate::state::AppState;
 /// Layers, outermost first: request context (id, span, total timeout, request log), browser
 /// defences (Host allow list, cross-site writes), then per group of routes the guard
 /// (authentication and the group's rate-limit class) and, for the API groups only, body reading
-/// with its own timeout and the concurrency limit. `/health`, `/ready` and the docs never wait
+/// with its own timeout, `Idempotency-Key` handling on writes and the concurrency limit. `/health`, `/ready` and the docs never wait
 /// for a concurrency slot.
 pub fn app(state: AppState) -> Router {
     let server = &state.settings.server;
@@ -62,6 +63,7 @@ pub fn app(state: AppState) -> Router {
         let group = group
             .layer(DefaultBodyLimit::max(server.body_limit_bytes))
             .layer(concurrency.clone())
+            .layer(middleware::from_fn_with_state(state.clone(), idempotency::idempotent))
             .layer(middleware::from_fn_with_state(body, body::read_body))
             .layer(guarded(class));
         router = router.merge(group);
@@ -177,6 +179,18 @@ async fn assemble_state_at(memory: Memory, settings: Settings, config_version: i
                 Ok(0) => {}
                 Ok(delivered) => tracing::info!(delivered, "delivered history left in the journal"),
                 Err(error) => tracing::warn!(%error, "could not deliver the history journal yet"),
+            }
+        }
+    });
+    // Idempotency keys are replayed for 24 hours; older ones go once an hour.
+    let pruner = Arc::clone(&memory_handle);
+    tokio::spawn(async move {
+        let mut every_hour = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            every_hour.tick().await;
+            let keys = pruner.get().history_store().idempotency();
+            if let Err(error) = keys.prune(chrono::Utc::now()).await {
+                tracing::warn!(%error, "could not prune expired idempotency keys");
             }
         }
     });

@@ -149,6 +149,56 @@ fn add_headers(status: &str, response: &mut utoipa::openapi::Response) {
     headers.insert("ratelimit-policy".to_owned(), header(Type::String, "The limit, as `<limit>;w=60`"));
 }
 
+/// The `Idempotency-Key` header on the writes that take it (see [`crate::idempotency`]), with
+/// the two answers it adds and the header of a replayed response.
+fn add_idempotency(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::header::HeaderBuilder;
+    use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+    use utoipa::openapi::{ObjectBuilder, PathItem, RefOr, Required, Type};
+    let open_paths = open_paths();
+    for (path, item) in &mut doc.paths.paths {
+        if open_paths.contains(path) {
+            continue;
+        }
+        let PathItem { put, post, delete, .. } = item;
+        let takes_key = |method: &str| !(method == "post" && path == "/api-keys");
+        for (method, operation) in [("put", put), ("post", post), ("delete", delete)] {
+            let Some(operation) = operation.as_mut() else { continue };
+            if !takes_key(method) {
+                continue;
+            }
+            let parameter = ParameterBuilder::new()
+                .name("Idempotency-Key")
+                .parameter_in(ParameterIn::Header)
+                .required(Required::False)
+                .description(Some(
+                    "Makes a retry safe: the first response with this key is replayed for 24 hours to a \
+                     retry of the same request (422 for a different one, 409 while the first still runs). \
+                     1 to 255 visible ASCII characters, e.g. a UUID.",
+                ))
+                .schema(Some(ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(255))))
+                .build();
+            operation.parameters.get_or_insert_with(Vec::new).push(parameter);
+            for (status, description) in [
+                ("409", "A request with this `Idempotency-Key` is still running (`idempotency_key_in_progress`), or the memory changed meanwhile (`conflict`)"),
+                ("422", "This `Idempotency-Key` was used for a different request (`idempotency_key_reused`)"),
+                ("400", "Invalid input, e.g. a malformed `Idempotency-Key`"),
+            ] {
+                operation.responses.responses.entry(status.to_owned()).or_insert_with(|| RefOr::T(error_response(description)));
+            }
+            for (status, response) in &mut operation.responses.responses {
+                if let (true, RefOr::T(response)) = (status.starts_with('2'), response) {
+                    let header = HeaderBuilder::new()
+                        .schema(ObjectBuilder::new().schema_type(Type::String))
+                        .description(Some("`true` on a response replayed for a retry with the same `Idempotency-Key`"))
+                        .build();
+                    response.headers.insert(crate::idempotency::REPLAYED.to_owned(), header);
+                }
+            }
+        }
+    }
+}
+
 /// Links from responses that return memory ids to the operations taking one (generated clients
 /// and stateful fuzzers follow them).
 fn add_links(doc: &mut utoipa::openapi::OpenApi) {
@@ -182,6 +232,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     doc.merge(api);
     mark_open_routes(&mut doc);
+    add_idempotency(&mut doc);
     add_layer_responses(&mut doc);
     add_links(&mut doc);
     doc

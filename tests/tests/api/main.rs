@@ -8,6 +8,7 @@ mod extraction;
 mod failures;
 mod filters;
 mod hybrid;
+mod idempotency;
 mod memories;
 mod openapi;
 mod pagination;

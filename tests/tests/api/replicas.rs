@@ -104,6 +104,22 @@ async fn two_replicas_share_keys_history_buffer_and_configuration() {
     assert_eq!(prompts.len(), 2);
     assert!(prompts[1].contains("I grew up in Oslo"), "B's prompt carries A's turn: {}", prompts[1]);
 
+    // A retry through B of an add sent to A with an Idempotency-Key gets A's response.
+    let body = json!({"messages": [{"role": "user", "content": "I sail"}], "user_id": "ann", "infer": false});
+    let send = |server: &TestServer| {
+        server
+            .client
+            .post(format!("{}/memories", server.base))
+            .header("x-api-key", &key)
+            .header("Idempotency-Key", "sail-1")
+            .json(&body)
+            .send()
+    };
+    let first = Reply::read_public(send(&a).await.expect("send")).await;
+    let retried = Reply::read_public(send(&b).await.expect("send")).await;
+    assert_eq!((retried.status, &retried.body), (200, &first.body), "replayed across replicas");
+    assert_eq!(retried.headers.get("idempotent-replayed").and_then(|value| value.to_str().ok()), Some("true"));
+
     // A key revoked through A is refused by B at once.
     let revoked = call(&a, ADMIN_KEY, Method::DELETE, &format!("/api-keys/{key_id}"), None).await;
     assert_eq!(revoked.status, 200, "{}", revoked.body);

@@ -5,10 +5,12 @@
 
 mod buffer;
 pub(crate) mod db;
+mod idempotency;
 mod request_log;
 mod settings;
 
 pub use self::buffer::session_under;
+pub use self::idempotency::{Claim, Idempotency, StoredResponse, IDEMPOTENCY_TTL_HOURS};
 pub use self::request_log::{RequestLog, RequestLogEntry};
 pub use self::settings::{read_postgres_setting, StoredSetting};
 
