@@ -38,6 +38,20 @@ pub async fn local_embedder() -> Arc<dyn Embedder> {
     Arc::clone(embedder) as Arc<dyn Embedder>
 }
 
+/// A local embedder of its own (not shared with the other tests of the binary): for a test
+/// whose load would otherwise queue the others' embeddings behind its own.
+///
+/// # Panics
+/// When the model is missing (run `scripts/fetch-model.sh`).
+pub async fn own_local_embedder() -> Arc<dyn Embedder> {
+    let dir = model_dir();
+    let loaded = tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir))
+        .await
+        .expect("model loading task")
+        .unwrap_or_else(|error| panic!("{error} (run scripts/fetch-model.sh)"));
+    Arc::new(loaded)
+}
+
 /// Default settings for tests (the built-in defaults, no environment).
 pub fn test_settings() -> Settings {
     let environment = config::Environment::with_prefix("MEM0_TEST_UNUSED").source(Some(Default::default()));
@@ -270,6 +284,29 @@ impl TestServer {
                 rows.first().map(|row| row.try_get_unchecked::<String, _>(0).expect("text column"))
             }
         }
+    }
+
+    /// The memory service on this server's stores, opened anew (as a restart would, journal
+    /// delivered), e.g. to check what a stopped server left behind.
+    pub async fn reopen(&self) -> Memory {
+        let (store, history): (Arc<dyn VectorStore>, HistoryStore) = match (&self.database, self.kind) {
+            (Some(database), kind) => {
+                let store = PgVectorStore::connect(&database.url, &PgVectorConfig::default()).await.expect("postgres");
+                let history = if kind == StoreKind::Postgres {
+                    HistoryStore::in_postgres(&store)
+                } else {
+                    HistoryStore::open(&self.data_dir.join("history.db")).await.expect("open history")
+                };
+                (Arc::new(store), history)
+            }
+            (None, _) => (
+                Arc::new(SqliteStore::open(&self.data_dir.join("memories.db")).await.expect("open store")),
+                HistoryStore::open(&self.data_dir.join("history.db")).await.expect("open history"),
+            ),
+        };
+        let memory = Memory::new(store, history, local_embedder().await).await.expect("memory service");
+        memory.recover(std::time::Duration::ZERO).await.expect("recover");
+        memory
     }
 
     /// Sends the shutdown signal (what SIGTERM does) and returns the serving task, which ends
