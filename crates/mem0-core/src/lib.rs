@@ -3,8 +3,9 @@
 //! [`Memory`] is the service (add, get, list, search, update, delete, delete_all, history, reset);
 //! every operation takes a [`Caller`] whose tenant and scope grant the core enforces. Memories live
 //! behind the [`store::VectorStore`] traits (the embedded SQLite store or Postgres + pgvector), the
-//! history, conversation buffer, request log and API keys in the SQLite [`history::HistoryStore`];
-//! embeddings, LLM calls and reranking come from [`providers`].
+//! history, conversation buffer, request log, API keys and idempotency keys in
+//! [`history::HistoryStore`] (a SQLite file, or the Postgres database of the store); embeddings,
+//! LLM calls and reranking come from [`providers`].
 
 pub mod analysis;
 pub mod api_keys;
