@@ -13,8 +13,12 @@ Starts the server binary (release build) on a fresh SQLite or Postgres store and
   search   (not in the default set) HTTP load: one user with DRILL_SEARCH_MEMORIES memories
            (default 1,000), then dense and hybrid searches from 1, 4 and 16 clients on kept-alive
            connections: req/s, p50/p99, and the CPU each search cost the server (and Postgres)
+  replicas (not in the default set; store `postgres` only) a second server on the same
+           database; hybrid searches and verbatim adds from 16 clients against one replica,
+           then split over both: req/s, p50/p99; every add is listed through the other replica
 
-Usage: scripts/drill.py BINARY MODEL_DIR [sqlite|pgvector ...]   (pgvector needs DATABASE_URL)
+Usage: scripts/drill.py BINARY MODEL_DIR [sqlite|pgvector|postgres ...]
+       (pgvector and postgres need DATABASE_URL; postgres = pgvector with the history there too)
        DRILL_PHASES=cut,kill scripts/drill.py ...                   (a subset of the phases)
        DRILL_PHASES=search scripts/drill.py ...                     (the search load alone;
        DRILL_SEARCH_MEMORIES, DRILL_SEARCH_REQUESTS per cell, default 200)
@@ -73,7 +77,8 @@ class Server:
         env.update({
             "MEM0__SERVER__BIND": f"127.0.0.1:{self.port}",
             "MEM0__MEMORY__EMBEDDER__LOCAL__MODEL_DIR": self.model_dir,
-            "MEM0__MEMORY__VECTOR_STORE__PROVIDER": self.store,
+            "MEM0__MEMORY__VECTOR_STORE__PROVIDER": "sqlite" if self.store == "sqlite" else "pgvector",
+            "MEM0__MEMORY__HISTORY__PROVIDER": "postgres" if self.store == "postgres" else "sqlite",
             "MEM0__MEMORY__VECTOR_STORE__SQLITE__PATH": os.path.join(self.workdir, "memories.db"),
             "MEM0__MEMORY__HISTORY__PATH": os.path.join(self.workdir, "history.db"),
             "MEM0__CONFIGURE__STATE_PATH": os.path.join(self.workdir, "runtime-config.json"),
@@ -339,6 +344,36 @@ def postgres_pids():
     return pids
 
 
+def load(ports, clients, total, path, make_body):
+    """`total` requests from `clients` kept-alive clients, client i on ports[i % len(ports)]."""
+    latencies, errors, lock = [], [], threading.Lock()
+    counter = iter(range(total))
+
+    def client(port):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            for index in counter:
+                body = json.dumps(make_body(index)).encode()
+                began = time.perf_counter()
+                connection.request("POST", path, body=body, headers={"content-type": "application/json"})
+                response = connection.getresponse()
+                response.read()
+                with lock:
+                    latencies.append(time.perf_counter() - began)
+                    if response.status != 200:
+                        errors.append(response.status)
+        finally:
+            connection.close()
+
+    began = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(ports[i % len(ports)],)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return len(latencies) / (time.perf_counter() - began), latencies, errors
+
+
 def drill_search(server, rng):
     memories = int(os.environ.get("DRILL_SEARCH_MEMORIES", "1000"))
     requests_per_cell = int(os.environ.get("DRILL_SEARCH_REQUESTS", "200"))
@@ -351,38 +386,47 @@ def drill_search(server, rng):
     queries = [" ".join(rng.sample(WORDS, 4)) + "?" for _ in range(64)]
     for mode in ("dense", "hybrid"):
         for clients in (1, 4, 16):
-            latencies, errors, lock = [], [], threading.Lock()
-            counter = iter(range(requests_per_cell))
-
-            def client():
-                connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
-                try:
-                    for index in counter:
-                        body = json.dumps({"query": queries[index % len(queries)], "user_id": "search",
-                                           "mode": mode, "top_k": 10}).encode()
-                        began = time.perf_counter()
-                        connection.request("POST", "/search", body=body, headers={"content-type": "application/json"})
-                        response = connection.getresponse()
-                        response.read()
-                        with lock:
-                            latencies.append(time.perf_counter() - began)
-                            if response.status != 200:
-                                errors.append(response.status)
-                finally:
-                    connection.close()
-
-            pids = [server.process.pid] + (postgres_pids() if server.store == "pgvector" else [])
-            cpu_before, began = cpu_seconds(pids), time.perf_counter()
-            threads = [threading.Thread(target=client) for _ in range(clients)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            wall, cpu = time.perf_counter() - began, cpu_seconds(pids) - cpu_before
+            pids = [server.process.pid] + (postgres_pids() if server.store != "sqlite" else [])
+            cpu_before = cpu_seconds(pids)
+            rate, latencies, errors = load([server.port], clients, requests_per_cell, "/search", lambda index: {
+                "query": queries[index % len(queries)], "user_id": "search", "mode": mode, "top_k": 10})
+            cpu = cpu_seconds(pids) - cpu_before
             check(not errors, f"search load {mode} c={clients}: {errors[:3]}")
-            print(f"  search: {mode:6} c={clients:<2} {len(latencies) / wall:7.1f} req/s  "
+            print(f"  search: {mode:6} c={clients:<2} {rate:7.1f} req/s  "
                   f"p50 {pct(latencies, 0.5):6.1f} ms  p99 {pct(latencies, 0.99):6.1f} ms  "
                   f"cpu/search {cpu / max(1, len(latencies)) * 1000:5.2f} ms")
+
+
+def drill_replicas(server, rng):
+    check(server.store == "postgres", "the replicas phase needs the postgres store")
+    second = Server(server.binary, server.model_dir, server.store, tempfile.mkdtemp(prefix="mem0-drill-replica-"))
+    second.start()
+    try:
+        for first in range(0, 1000, 50):
+            batch = [{"role": "user", "content": sentence(rng)} for _ in range(50)]
+            status, body = add(server.port, "replicas", batch)
+            check(status == 200, f"replicas: seeding failed: {status} {body}")
+        queries = [" ".join(rng.sample(WORDS, 4)) + "?" for _ in range(64)]
+        requests = int(os.environ.get("DRILL_SEARCH_REQUESTS", "400"))
+        added = 0
+        for label, ports in (("one replica ", [server.port]), ("two replicas", [server.port, second.port])):
+            rate, latencies, errors = load(ports, 16, requests, "/search", lambda index: {
+                "query": queries[index % len(queries)], "user_id": "replicas", "top_k": 10})
+            check(not errors, f"replicas: search errors {errors[:3]}")
+            print(f"  replicas: {label} hybrid search c=16 {rate:7.1f} req/s  p50 {pct(latencies, 0.5):6.1f} ms  "
+                  f"p99 {pct(latencies, 0.99):6.1f} ms")
+            rate, latencies, errors = load(ports, 16, requests, "/memories", lambda index: {
+                "messages": [{"role": "user", "content": sentence(random.Random(index))}],
+                "user_id": "replica-writes", "infer": False})
+            check(not errors, f"replicas: add errors {errors[:3]}")
+            added += len(latencies)
+            print(f"  replicas: {label} add (infer=false) c=16 {rate:7.1f} req/s  p50 {pct(latencies, 0.5):6.1f} ms  "
+                  f"p99 {pct(latencies, 0.99):6.1f} ms")
+        listed = listing(second.port, "replica-writes")
+        check(len(listed) == added, f"replicas: {added} adds acknowledged, {len(listed)} listed through the other")
+        every_memory_has_its_history(second.port, "replica-writes")
+    finally:
+        second.stop()
 
 
 def main():
@@ -406,6 +450,8 @@ def main():
                     drill_kill(server, rng)
                 if "search" in PHASES:
                     drill_search(server, rng)
+                if "replicas" in PHASES:
+                    drill_replicas(server, rng)
             finally:
                 server.stop()
     if FAILURES:

@@ -25,17 +25,17 @@ static LOCAL_EMBEDDER: OnceCell<Arc<LocalEmbedder>> = OnceCell::const_new();
 /// # Panics
 /// When the model is missing (run `scripts/fetch-model.sh`).
 pub async fn local_embedder() -> Arc<dyn Embedder> {
-    let embedder = LOCAL_EMBEDDER
-        .get_or_init(|| async {
-            let dir = model_dir();
-            let loaded = tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir))
-                .await
-                .expect("model loading task")
-                .unwrap_or_else(|error| panic!("{error} (run scripts/fetch-model.sh)"));
-            Arc::new(loaded)
-        })
-        .await;
+    let embedder = LOCAL_EMBEDDER.get_or_init(load_local_embedder).await;
     Arc::clone(embedder) as Arc<dyn Embedder>
+}
+
+async fn load_local_embedder() -> Arc<LocalEmbedder> {
+    let dir = model_dir();
+    let loaded = tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir))
+        .await
+        .expect("model loading task")
+        .unwrap_or_else(|error| panic!("{error} (run scripts/fetch-model.sh)"));
+    Arc::new(loaded)
 }
 
 /// A local embedder of its own (not shared with the other tests of the binary): for a test
@@ -44,12 +44,7 @@ pub async fn local_embedder() -> Arc<dyn Embedder> {
 /// # Panics
 /// When the model is missing (run `scripts/fetch-model.sh`).
 pub async fn own_local_embedder() -> Arc<dyn Embedder> {
-    let dir = model_dir();
-    let loaded = tokio::task::spawn_blocking(move || LocalEmbedder::load(&dir))
-        .await
-        .expect("model loading task")
-        .unwrap_or_else(|error| panic!("{error} (run scripts/fetch-model.sh)"));
-    Arc::new(loaded)
+    load_local_embedder().await
 }
 
 /// Default settings for tests (the built-in defaults, no environment).

@@ -404,6 +404,15 @@ pub(crate) fn without_known(
     (kept.into_iter().cloned().collect(), skipped.into_iter().map(|record| record.id).collect())
 }
 
+/// The links of `write` without those of skipped inserts.
+pub(crate) fn links_to_write<'a>(write: &'a WriteSet, skipped: &[Uuid]) -> std::borrow::Cow<'a, [EntityLink]> {
+    if skipped.is_empty() {
+        std::borrow::Cow::Borrowed(&write.links)
+    } else {
+        write.links.iter().filter(|link| !skipped.contains(&link.memory_id)).cloned().collect()
+    }
+}
+
 /// The key of the lock a write with [`WriteSet::unique_in`] takes for its tenant and scope.
 pub(crate) fn dedup_lock_key(query: &ScopedQuery) -> String {
     let id = |value: &Option<String>| value.clone().unwrap_or_default();

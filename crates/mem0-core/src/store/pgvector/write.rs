@@ -10,7 +10,9 @@ use super::COLUMNS;
 use crate::error::{Error, Result};
 use crate::scope::Scope;
 use crate::store::sql::{where_clause, Postgres as Pg};
-use crate::store::{dedup_lock_key, doc_len, without_known, Applied, EntityLink, ScopedQuery, WriteSet};
+use crate::store::{
+    dedup_lock_key, doc_len, links_to_write, without_known, Applied, EntityLink, ScopedQuery, WriteSet,
+};
 use crate::types::{HistoryRecord, MemoryRecord};
 
 /// Removes those of `entity_ids` that no memory links to any more.
@@ -116,13 +118,7 @@ pub(super) async fn apply_in(executor: &mut sqlx::PgConnection, write: &WriteSet
             .execute(&mut *executor)
             .await?;
     }
-    if applied.skipped.is_empty() {
-        add_links(executor, &write.links, write.merge_threshold).await?;
-    } else {
-        let links: Vec<EntityLink> =
-            write.links.iter().filter(|link| !applied.skipped.contains(&link.memory_id)).cloned().collect();
-        add_links(executor, &links, write.merge_threshold).await?;
-    }
+    add_links(executor, &links_to_write(write, &applied.skipped), write.merge_threshold).await?;
     remove_orphan_entities(executor, &orphan_candidates).await?;
     for entry in &write.journal {
         if !applied.describes(entry.memory_id) {

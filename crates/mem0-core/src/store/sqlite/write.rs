@@ -11,7 +11,9 @@ use super::{COLUMNS, FETCH_CHUNK};
 use crate::error::{Error, Result};
 use crate::scope::Scope;
 use crate::store::sql::{where_clause, Sqlite};
-use crate::store::{cosine, doc_len, term_frequencies, without_known, Applied, EntityLink, ScopedQuery, WriteSet};
+use crate::store::{
+    cosine, doc_len, links_to_write, term_frequencies, without_known, Applied, EntityLink, ScopedQuery, WriteSet,
+};
 use crate::types::MemoryRecord;
 
 /// Entity ids linked to any of `ids` (read before the memories are deleted).
@@ -235,13 +237,7 @@ pub(super) async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &Writ
         }
         unlink.execute(&mut *executor).await?;
     }
-    if applied.skipped.is_empty() {
-        add_links(executor, &write.links, write.merge_threshold).await?;
-    } else {
-        let links: Vec<EntityLink> =
-            write.links.iter().filter(|link| !applied.skipped.contains(&link.memory_id)).cloned().collect();
-        add_links(executor, &links, write.merge_threshold).await?;
-    }
+    add_links(executor, &links_to_write(write, &applied.skipped), write.merge_threshold).await?;
     orphan_candidates.sort();
     orphan_candidates.dedup();
     remove_orphan_entities(executor, &orphan_candidates).await?;
