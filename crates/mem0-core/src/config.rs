@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::history::HistoryStore;
 use crate::memory::{ExtractionSettings, Memory};
+use crate::policy::{Policy, PolicyConfig};
 use crate::providers::embedder::{build_embedder, Embedder, EmbedderConfig};
 use crate::providers::llm::{build_llm, LlmConfig};
 use crate::providers::reranker::{build_reranker, RerankerConfig};
@@ -36,6 +37,9 @@ pub struct MemoryConfig {
     /// The reranker used by searches with `rerank: true`.
     #[serde(default)]
     pub reranker: RerankerConfig,
+    /// What must never be stored (see [`crate::policy`]).
+    #[serde(default)]
+    pub policy: PolicyConfig,
 }
 
 /// Which vector store to use; settings of every provider may be present, `provider` picks one.
@@ -130,7 +134,8 @@ impl MemoryConfig {
                  set {prefix}.vector_store.provider = \"pgvector\" too, or use the \"sqlite\" history"
             ));
         }
-        self.reranker.validate(&format!("{prefix}.reranker"))
+        self.reranker.validate(&format!("{prefix}.reranker"))?;
+        Policy::compile(&self.policy).map(|_| ())
     }
 }
 
@@ -194,7 +199,9 @@ impl Memory {
         };
         let llm = build_llm(&config.llm)?;
         let reranker = build_reranker(&config.reranker, llm.as_ref())?;
+        let policy = Policy::compile(&config.policy).map_err(crate::Error::Config)?;
         Ok(base
+            .with_policy(policy)
             .with_llm(llm, config.extraction.clone())
             .with_retrieval(config.retrieval)
             .with_reranker(reranker, config.reranker.candidates))

@@ -26,6 +26,10 @@ pub enum Error {
     /// A row changed between reading it and writing it (a guarded write was refused).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The write policy refuses to store `field`: rule `rule` (a detector kind or a rule name)
+    /// matched it.
+    #[error("{field} matches the write policy rule `{rule}`; nothing was stored")]
+    PolicyRejected { field: String, rule: String },
     /// An embedding or LLM provider failed.
     #[error("{0}")]
     Provider(#[from] ProviderError),

@@ -25,6 +25,7 @@ Rules:
 6. Skip greetings, thanks, small talk, unanswered questions and anything an Existing Memory already says. When a new fact changes, corrects or adds to an existing memory, write the new fact in full and put that memory's id in linked_memory_ids.
 7. Write every fact in the language of the conversation. Never translate.
 8. entities: the specific people, places, organisations, products, projects, pets and other named things in the fact, spelled as in the fact. Not generic words such as "User", "friend" or "food".
+9. Never write down secrets or identifying numbers: passwords, API keys, tokens, private keys, payment card numbers, government ids. At most note that the user has one ("User has a company credit card"), never its value.
 
 Answer with one JSON object and nothing else:
 {"facts": [{"text": "...", "attributed_to": "user", "linked_memory_ids": ["2"], "entities": ["..."]}]}

@@ -16,6 +16,7 @@ pub mod extraction;
 pub mod filter;
 pub mod history;
 pub mod memory;
+pub mod policy;
 pub mod providers;
 pub mod retrieval;
 pub mod scope;

@@ -54,6 +54,9 @@ pub enum ErrorCode {
     ApiKeyNotFound,
     /// The memory changed while the request was working on it; retry.
     Conflict,
+    /// The write policy refuses to store the text; `details.rule` names the rule and
+    /// `details.field` the input (400). Nothing was stored.
+    PolicyRejected,
     /// The `Idempotency-Key` was used for a different request (422).
     IdempotencyKeyReused,
     /// A request with this `Idempotency-Key` is still running (409); retry once it finished.
@@ -96,6 +99,7 @@ impl ErrorCode {
             | Self::InvalidMemoryId
             | Self::UnsupportedFilterOperator
             | Self::ConfigurationRejected
+            | Self::PolicyRejected
             | Self::LlmNotConfigured => StatusCode::BAD_REQUEST,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::Forbidden | Self::HostNotAllowed | Self::CrossSiteRequest => StatusCode::FORBIDDEN,
@@ -182,6 +186,14 @@ impl From<CoreError> for ApiError {
             CoreError::MemoryNotFound { id } => Self::new(ErrorCode::MemoryNotFound, format!("memory {id} not found")),
             CoreError::Forbidden(message) => Self::new(ErrorCode::Forbidden, message),
             CoreError::Conflict(message) => Self::new(ErrorCode::Conflict, message),
+            CoreError::PolicyRejected { field, rule } => {
+                let mut api = Self::new(
+                    ErrorCode::PolicyRejected,
+                    format!("{field} matches the write policy rule `{rule}`; nothing was stored"),
+                );
+                api.details = Some(serde_json::json!({ "field": field, "rule": rule }));
+                api
+            }
             CoreError::ApiKeyNotFound { id } => Self::new(ErrorCode::ApiKeyNotFound, format!("api key {id} not found")),
             CoreError::LlmNotConfigured => {
                 Self::new(ErrorCode::LlmNotConfigured, CoreError::LlmNotConfigured.to_string())

@@ -13,6 +13,7 @@ mod memories;
 mod openapi;
 mod pagination;
 mod pgvector;
+mod policy;
 mod reindex;
 mod replicas;
 mod rerank;

@@ -91,15 +91,23 @@ impl Memory {
 
     /// `infer=false`: every non-system message becomes a memory as it is.
     async fn add_verbatim(&self, caller: &Caller, request: AddRequest, metadata: Metadata) -> Result<AddOutcome> {
-        let sources: Vec<&Message> = request
+        let sources: Vec<(usize, &Message)> = request
             .messages
             .iter()
-            .filter(|message| message.role != "system" && !message.content.trim().is_empty())
+            .enumerate()
+            .filter(|(_, message)| message.role != "system" && !message.content.trim().is_empty())
             .collect();
         if sources.is_empty() {
             return Ok(AddOutcome::default());
         }
-        let texts: Vec<String> = sources.iter().map(|message| message.content.trim().to_owned()).collect();
+        let mut warnings = Vec::new();
+        let mut texts = Vec::with_capacity(sources.len());
+        for (index, message) in &sources {
+            let (text, redacted) =
+                self.screen(caller, &format!("messages[{index}].content"), message.content.trim())?;
+            note_redactions(&mut warnings, &redacted);
+            texts.push(text);
+        }
         let names: Vec<Vec<String>> = texts.iter().map(|text| entities::names_in(text)).collect();
         let (embeddings, name_vectors) = self.embed_with_entities(&texts, &names).await?;
         let now = stored_now();
@@ -109,7 +117,7 @@ impl Memory {
             .zip(texts)
             .zip(embeddings)
             .zip(names)
-            .map(|(((message, text), embedding), entities)| MemoryRecord {
+            .map(|((((_, message), text), embedding), entities)| MemoryRecord {
                 metadata: metadata.clone(),
                 expiration_date: request.expiration_date,
                 role: Some(message.role.clone()),
@@ -120,7 +128,7 @@ impl Memory {
             .collect();
         let links = entity_links(&records, &name_vectors, "proper");
         self.write_new(caller, &records, &links, None, None, now).await?;
-        Ok(AddOutcome { results: added(records), warnings: Vec::new(), usage: None })
+        Ok(AddOutcome { results: added(records), warnings, usage: None })
     }
 
     /// `infer=true`: one LLM call turns the new messages (with the session's earlier messages and
@@ -130,14 +138,22 @@ impl Memory {
         let llm = self.llm.clone().ok_or(Error::LlmNotConfigured)?;
         let now = stored_now();
         let observed_at = request.timestamp.map(|at| at.trunc_subsecs(6)).unwrap_or(now);
-        let new_messages: Vec<PromptMessage> = request
-            .messages
+        // The policy screens what the model is sent and what is buffered, as well as the facts.
+        let mut warnings = Vec::new();
+        let mut said = Vec::with_capacity(request.messages.len());
+        for (index, message) in request.messages.iter().enumerate() {
+            let (content, redacted) =
+                self.screen(caller, &format!("messages[{index}].content"), message.content.trim())?;
+            note_redactions(&mut warnings, &redacted);
+            said.push(Message { content, ..message.clone() });
+        }
+        let new_messages: Vec<PromptMessage> = said
             .iter()
-            .filter(|message| !message.content.trim().is_empty())
+            .filter(|message| !message.content.is_empty())
             .map(|message| PromptMessage {
                 role: message.role.clone(),
                 name: message.name.clone(),
-                content: message.content.trim().to_owned(),
+                content: message.content.clone(),
             })
             .collect();
         if new_messages.is_empty() {
@@ -167,16 +183,12 @@ impl Memory {
             Err(reason) => {
                 let preview: String = response.text.chars().take(200).collect();
                 warn!(%reason, reply_chars = response.text.chars().count(), %preview, "unreadable extraction reply; nothing stored");
-                return Ok(AddOutcome {
-                    results: Vec::new(),
-                    warnings: vec![format!(
-                        "the model's reply could not be read as facts ({reason}); nothing was stored, retry the call"
-                    )],
-                    usage: Some(response.usage),
-                });
+                warnings.push(format!(
+                    "the model's reply could not be read as facts ({reason}); nothing was stored, retry the call"
+                ));
+                return Ok(AddOutcome { results: Vec::new(), warnings, usage: Some(response.usage) });
             }
         };
-        let mut warnings = Vec::new();
         let kept = self.new_facts(caller, &request.scope, &existing, facts, &mut warnings).await?;
         let buffered = BufferedMessages {
             id: Uuid::now_v7(),
@@ -185,8 +197,10 @@ impl Memory {
             at: observed_at,
             // Only the newest BUFFER_KEEP of a call: the buffer keeps no more of a session anyway.
             messages: {
-                let said: Vec<Message> =
-                    request.messages.iter().filter(|message| message.role != "system").cloned().collect();
+                let said: Vec<Message> = said
+                    .into_iter()
+                    .filter(|message| message.role != "system" && !message.content.is_empty())
+                    .collect();
                 let skip = said.len().saturating_sub(crate::history::BUFFER_KEEP);
                 said.into_iter().skip(skip).collect()
             },
@@ -260,10 +274,22 @@ impl Memory {
     ) -> Result<Vec<ExtractedFact>> {
         let mut seen: HashSet<String> = existing.iter().map(|record| record.hash.clone()).collect();
         let mut kept = Vec::new();
-        for fact in facts {
+        for mut fact in facts {
             if fact.text.len() > MAX_TEXT_BYTES {
                 warnings.push(format!("a fact longer than {MAX_TEXT_BYTES} bytes was dropped"));
                 continue;
+            }
+            // What the model wrote is checked too; a fact a rule rejects is left out.
+            match self.screen(caller, "facts", &fact.text) {
+                Ok((text, redacted)) => {
+                    note_redactions(warnings, &redacted);
+                    fact.text = text;
+                }
+                Err(Error::PolicyRejected { rule, .. }) => {
+                    warnings.push(format!("a fact matching the write policy rule `{rule}` was not stored"));
+                    continue;
+                }
+                Err(error) => return Err(error),
             }
             if seen.insert(memory_hash(&fact.text)) {
                 kept.push(fact);
@@ -281,12 +307,16 @@ impl Memory {
         let llm = self.llm.clone().ok_or(Error::LlmNotConfigured)?;
         let now = stored_now();
         let observed_at = request.timestamp.map(|at| at.trunc_subsecs(6)).unwrap_or(now);
-        let transcript: Vec<String> = request
-            .messages
-            .iter()
-            .filter(|message| !message.content.trim().is_empty())
-            .map(|message| format!("{}: {}", message.role, message.content.trim()))
-            .collect();
+        let mut warnings = Vec::new();
+        let mut transcript = Vec::new();
+        for (index, message) in request.messages.iter().enumerate() {
+            let (content, redacted) =
+                self.screen(caller, &format!("messages[{index}].content"), message.content.trim())?;
+            note_redactions(&mut warnings, &redacted);
+            if !content.is_empty() {
+                transcript.push(format!("{}: {content}", message.role));
+            }
+        }
         if transcript.is_empty() {
             return Ok(AddOutcome::default());
         }
@@ -311,7 +341,8 @@ impl Memory {
             )
             .into());
         }
-        let summary = truncate_to_bytes(summary, MAX_TEXT_BYTES);
+        let (summary, redacted) = self.screen(caller, "summary", &truncate_to_bytes(summary, MAX_TEXT_BYTES))?;
+        note_redactions(&mut warnings, &redacted);
         let embedding = self.embedder.embed(&summary).await?;
         let record = MemoryRecord {
             metadata,
@@ -321,7 +352,7 @@ impl Memory {
         };
         let records = vec![record];
         self.write_new(caller, &records, &[], None, None, now).await?;
-        Ok(AddOutcome { results: added(records), warnings: Vec::new(), usage: Some(response.usage) })
+        Ok(AddOutcome { results: added(records), warnings, usage: Some(response.usage) })
     }
 
     /// Hashes among `hashes` that memories of exactly `scope` already have.
@@ -442,4 +473,11 @@ pub(super) fn added(records: Vec<MemoryRecord>) -> Vec<AddedMemory> {
             role: record.role,
         })
         .collect()
+}
+
+/// Says in the call's warnings what the write policy redacted (kinds, never the text).
+fn note_redactions(warnings: &mut Vec<String>, redacted: &[String]) {
+    if !redacted.is_empty() {
+        warnings.push(format!("the write policy redacted: {}", redacted.join(", ")));
+    }
 }

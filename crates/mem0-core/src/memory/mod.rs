@@ -36,6 +36,7 @@ pub use self::writes::FailPoint;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::history::HistoryStore;
+use crate::policy::{Checked, Policy};
 use crate::providers::embedder::Embedder;
 use crate::providers::llm::Llm;
 use crate::providers::reranker::Reranker;
@@ -55,6 +56,7 @@ pub struct Memory {
     retriever: Retriever,
     reranker: Option<Arc<dyn Reranker>>,
     rerank_candidates: usize,
+    policy: Arc<Policy>,
     /// Called at the named steps of every write (crash drills in tests); `None` in production.
     fail_point: Option<FailPoint>,
     /// Journal entries of the writes this process is committing: recovery leaves them alone.
@@ -89,6 +91,7 @@ impl Memory {
             retriever,
             reranker: None,
             rerank_candidates: 30,
+            policy: Arc::new(Policy::default()),
             fail_point: None,
             writing: Arc::default(),
         })
@@ -116,6 +119,22 @@ impl Memory {
         self.reranker = reranker;
         self.rerank_candidates = candidates.clamp(1, MAX_PAGE_SIZE);
         self
+    }
+
+    /// Returns the service with `policy` checking every text before it is stored.
+    #[must_use]
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = Arc::new(policy);
+        self
+    }
+
+    /// Checks `text` of the caller's tenant against the write policy: the text to store
+    /// (redacted where a rule says so), or [`Error::PolicyRejected`] naming `field`.
+    pub(crate) fn screen(&self, caller: &Caller, field: &str, text: &str) -> Result<(String, Vec<String>)> {
+        match self.policy.check(&caller.tenant, text) {
+            Checked::Store { text, redacted } => Ok((text, redacted)),
+            Checked::Rejected { rule } => Err(Error::PolicyRejected { field: field.to_owned(), rule }),
+        }
     }
 
     /// Returns the reranker in use, when one is configured.

@@ -241,6 +241,7 @@ impl Memory {
                 return Err(Error::validation("text", format!("at most {MAX_TEXT_BYTES} bytes")));
             }
         }
+        let new_text = new_text.map(|text| self.screen(caller, "text", &text).map(|(text, _)| text)).transpose()?;
         let metadata_update = request.metadata.map(sanitize_metadata).transpose()?;
         let old = self.visible(caller, id).await?;
         let mut updated = old.clone();
