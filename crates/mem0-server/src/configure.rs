@@ -305,7 +305,9 @@ pub async fn apply(state: &AppState, caller: &Caller, body: Value) -> Result<Val
     state.memory_handle.swap(memory);
     *running = next;
     if let Some(version) = version {
+        // The newest shared version is now this one, in effect here.
         state.memory_handle.config_version.store(version, Ordering::SeqCst);
+        *state.memory_handle.config_problem.write().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     }
     tracing::warn!(principal = %caller.principal_id, "runtime configuration changed");
     Ok(view)

@@ -1,4 +1,5 @@
-//! `Idempotency-Key` on writes: the first request with a key runs and its response is kept for
+//! `Idempotency-Key` on writes (the write and admin routes; reads, `POST /search` included,
+//! ignore it): the first request with a key runs and its response is kept for
 //! 24 hours per tenant (beside the history, so replicas on Postgres share it); a retry with the
 //! same key and the same request (method, path, body, principal) gets that response again, with
 //! `Idempotent-Replayed: true`, and changes nothing; a retry with another request gets 422

@@ -42,7 +42,8 @@ use crate::state::AppState;
 /// Layers, outermost first: request context (id, span, total timeout, request log), browser
 /// defences (Host allow list, cross-site writes), then per group of routes the guard
 /// (authentication and the group's rate-limit class) and, for the API groups only, body reading
-/// with its own timeout, `Idempotency-Key` handling on writes and the concurrency limit. `/health`, `/ready` and the docs never wait
+/// with its own timeout, `Idempotency-Key` handling (write and admin groups) and the concurrency
+/// limit. `/health`, `/ready` and the docs never wait
 /// for a concurrency slot.
 pub fn app(state: AppState) -> Router {
     let server = &state.settings.server;
@@ -60,12 +61,14 @@ pub fn app(state: AppState) -> Router {
     let mut router = Router::new();
     for (class, group) in routes::api_groups() {
         let (group, _) = group.split_for_parts();
-        let group = group
-            .layer(DefaultBodyLimit::max(server.body_limit_bytes))
-            .layer(concurrency.clone())
-            .layer(middleware::from_fn_with_state(state.clone(), idempotency::idempotent))
-            .layer(middleware::from_fn_with_state(body, body::read_body))
-            .layer(guarded(class));
+        let group = group.layer(DefaultBodyLimit::max(server.body_limit_bytes)).layer(concurrency.clone());
+        // Reads (search included) ignore Idempotency-Key: nothing to protect, nothing to keep.
+        let group = if class == RouteClass::Read {
+            group
+        } else {
+            group.layer(middleware::from_fn_with_state(state.clone(), idempotency::idempotent))
+        };
+        let group = group.layer(middleware::from_fn_with_state(body, body::read_body)).layer(guarded(class));
         router = router.merge(group);
     }
     let (open, _) = routes::open_router().split_for_parts();

@@ -155,9 +155,14 @@ fn add_idempotency(doc: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::header::HeaderBuilder;
     use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
     use utoipa::openapi::{ObjectBuilder, PathItem, RefOr, Required, Type};
-    let open_paths = open_paths();
+    // The write and admin groups take the header (see `crate::app`).
+    let taking: Vec<String> = routes::api_groups()
+        .into_iter()
+        .filter(|(class, _)| *class != crate::rate_limit::RouteClass::Read)
+        .flat_map(|(_, group)| group.split_for_parts().1.paths.paths.into_keys())
+        .collect();
     for (path, item) in &mut doc.paths.paths {
-        if open_paths.contains(path) {
+        if !taking.contains(path) {
             continue;
         }
         let PathItem { put, post, delete, .. } = item;

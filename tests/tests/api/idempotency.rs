@@ -186,6 +186,12 @@ async fn deletes_and_updates_replay_and_bad_keys_are_refused() {
     let key =
         send(&server, reqwest::Method::POST, "/api-keys", "key-1", Some(json!({"label": "x", "role": "read"}))).await;
     key.assert_error(400, "validation_failed");
-    // Reads ignore the header.
+    // Reads ignore the header, searches included: nothing is kept or replayed.
     assert_eq!(send(&server, reqwest::Method::GET, "/memories?user_id=ida", "get-1", None).await.status, 200);
+    let search = json!({"query": "figs", "user_id": "ida"});
+    let before = send(&server, reqwest::Method::POST, "/search", "search-1", Some(search.clone())).await;
+    server.add_texts("ida", &["Ida grows figs on the balcony"], json!({})).await;
+    let after = send(&server, reqwest::Method::POST, "/search", "search-1", Some(search)).await;
+    assert!(after.headers.get("idempotent-replayed").is_none());
+    assert_ne!(before.body["results"], after.body["results"], "a fresh search, not a replay");
 }
