@@ -22,6 +22,7 @@ use http_body_util::BodyExt as _;
 use mem0_core::history::{Claim, StoredResponse};
 use mem0_core::Caller;
 use sha2::{Digest, Sha256};
+use tracing::Instrument as _;
 
 use crate::error::{ApiError, ErrorCode};
 use crate::state::AppState;
@@ -90,11 +91,15 @@ pub async fn idempotent(State(state): State<AppState>, request: Request, next: N
         Claim::Run => {
             let request = Request::from_parts(parts, Body::from(body));
             let tenant = caller.tenant.clone();
-            // On its own task: the outcome is recorded even when the client hangs up.
-            let task = tokio::spawn(async move {
+            // On its own task: the outcome is recorded even when the client hangs up. The task
+            // keeps the request's id and span.
+            let id = crate::request_context::current_request_id();
+            let work = async move {
                 let response = next.run(request).await;
                 settle(&keys, &tenant, &key, response).await
-            });
+            };
+            let task =
+                tokio::spawn(crate::request_context::within_request(id, work).instrument(tracing::Span::current()));
             match task.await {
                 Ok(response) => response,
                 Err(error) => {

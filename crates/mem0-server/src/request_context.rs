@@ -28,6 +28,12 @@ pub fn current_request_id() -> String {
     REQUEST_ID.try_with(Clone::clone).unwrap_or_else(|_| "unknown".to_owned())
 }
 
+/// Runs `future` as part of the request `id` (for work a handler moves to a task of its own:
+/// error bodies and logs there keep the request's id).
+pub fn within_request<F: std::future::Future>(id: String, future: F) -> impl std::future::Future<Output = F::Output> {
+    REQUEST_ID.scope(id, future)
+}
+
 fn incoming_id(request: &Request) -> Option<String> {
     let value = request.headers().get(&REQUEST_ID_HEADER)?.to_str().ok()?;
     let sane = !value.is_empty()

@@ -178,6 +178,11 @@ async fn deletes_and_updates_replay_and_bad_keys_are_refused() {
     let deleted_again = send(&server, reqwest::Method::DELETE, &format!("/memories/{id}"), "del-1", None).await;
     assert_eq!((deleted_again.status, &deleted_again.body), (200, &deleted.body), "replayed, not 404");
     server.delete(&format!("/memories/{id}")).await.assert_error(404, "memory_not_found");
+    // An error answered under a key carries its request's id like any other.
+    let missing = send(&server, reqwest::Method::DELETE, &format!("/memories/{id}"), "del-2", None).await;
+    missing.assert_error(404, "memory_not_found");
+    let header = missing.headers.get("x-request-id").and_then(|value| value.to_str().ok()).expect("x-request-id");
+    assert_eq!(missing.body["request_id"], header);
 
     for bad in ["", "with space", &"k".repeat(256)] {
         let reply = send(&server, reqwest::Method::DELETE, &format!("/memories/{id}"), bad, None).await;
