@@ -1,7 +1,8 @@
 //! Benchmark of real-length chat turns on the embedded default (local MiniLM embedder, SQLite):
 //! what a verbatim add and a search cost when the text is an assistant reply of 300–3,000
 //! characters that names people, places and organisations, compared with embedding that text
-//! alone; and what eight clients adding such turns at once cost in time and memory.
+//! alone; what eight clients adding such turns at once cost in time and memory; and what the
+//! write policy costs on such a turn.
 //!
 //! Run: `cargo bench -p mem0-core --bench long_turns` (env `BENCH_MODEL_DIR`, default
 //! models/all-MiniLM-L6-v2; `BENCH_ROUNDS`, default 5 samples per measurement).
@@ -205,6 +206,17 @@ async fn main() {
             p50(hybrid)
         );
     }
+
+    // The write policy runs on every text before it is stored: its cost on a long turn.
+    let policy = mem0_core::policy::Policy::default();
+    let text = format!("{} My wifi password is Tr0ub4dor&3 and card 4111 1111 1111 1111.", turn(&mut rng, 3_000));
+    let mut checks = Vec::new();
+    for _ in 0..200 {
+        let started = Instant::now();
+        std::hint::black_box(policy.check("bench", &text));
+        checks.push(started.elapsed());
+    }
+    println!("write policy check of a {}-char turn (default detectors): p50 {:.1?}", text.len(), p50(checks));
 
     let mb = |kb: Option<u64>| kb.map_or_else(|| "n/a".to_owned(), |kb| format!("{} MB", kb / 1024));
 

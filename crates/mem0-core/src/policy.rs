@@ -1,7 +1,8 @@
 //! The write policy: what must never be stored. Every text about to become a memory (verbatim
 //! messages, the messages sent for extraction and buffered, the facts the model returns, updated
 //! texts, procedural summaries) passes [`Policy::check`] first. Built-in detectors find secrets
-//! (provider keys and tokens, private keys, "password is …"), payment card numbers (Luhn-valid),
+//! (provider keys and tokens, private keys, "password is …" with a value that is not a plain
+//! lower-case word), payment card numbers (Luhn-valid),
 //! national ids (US SSN, Chinese resident id, with their checks), e-mail addresses and phone
 //! numbers; custom rules add regular expressions or literal terms. Each detector and rule has an
 //! action: `reject` (the call fails with the rule's name, nothing stored), `redact` (the match is
@@ -137,8 +138,15 @@ impl Detector {
             Self::Secret => {
                 let mut found: Vec<(usize, usize)> =
                     SECRETS.iter().flat_map(|pattern| pattern.find_iter(text).map(|m| (m.start(), m.end()))).collect();
-                // "password is hunter2": only the value.
-                found.extend(SECRET_PHRASE.captures_iter(text).filter_map(|c| c.get(1)).map(|m| (m.start(), m.end())));
+                // "password is hunter2": only the value, and not a plain lower-case word ("the
+                // password is stored in the vault" is prose, not a password).
+                found.extend(
+                    SECRET_PHRASE
+                        .captures_iter(text)
+                        .filter_map(|c| c.get(1))
+                        .filter(|m| !m.as_str().chars().all(|c| c.is_ascii_lowercase()))
+                        .map(|m| (m.start(), m.end())),
+                );
                 found
             }
             Self::PaymentCard => CARD
@@ -410,7 +418,14 @@ mod tests {
             assert_eq!(redacted(text), expected, "{text}");
         }
         // Near misses stay.
-        for text in ["I forgot my password again", "sk-short", "the passcode is ok", "skiing in AKIA"] {
+        for text in [
+            "I forgot my password again",
+            "My password is stored in the vault",
+            "the API key: rotate it monthly",
+            "sk-short",
+            "the passcode is ok",
+            "skiing in AKIA",
+        ] {
             assert_eq!(redacted(text), text, "{text}");
         }
     }
