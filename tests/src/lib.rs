@@ -128,6 +128,48 @@ impl Drop for TestDatabase {
     }
 }
 
+/// Points `settings` at the stores of `kind` (the Postgres database at `url`, when there is one).
+fn point_settings(settings: &mut Settings, kind: StoreKind, url: Option<&str>) {
+    if let Some(url) = url {
+        settings.memory.vector_store.provider = mem0_core::VectorStoreProvider::Pgvector;
+        settings.memory.vector_store.pgvector.url = Some(url.to_owned().into());
+        if kind == StoreKind::Postgres {
+            settings.memory.history.provider = mem0_core::HistoryProvider::Postgres;
+        }
+    }
+}
+
+/// Opens the stores of `kind`: SQLite files in `data_dir`, or the Postgres database at `url`
+/// (with the history there too for [`StoreKind::Postgres`]).
+async fn open_stores(
+    kind: StoreKind,
+    url: Option<&str>,
+    data_dir: &std::path::Path,
+) -> (Arc<dyn VectorStore>, HistoryStore) {
+    let volume_path = data_dir.join("history.db");
+    let volume = || HistoryStore::open(&volume_path);
+    let Some(url) = url else {
+        let store = SqliteStore::open(&data_dir.join("memories.db")).await.expect("open store");
+        return (Arc::new(store), volume().await.expect("open history"));
+    };
+    let config = PgVectorConfig { max_connections: 4, ..PgVectorConfig::default() };
+    let store = PgVectorStore::connect(url, &config).await.expect("connect to the test postgres");
+    let history = if kind == StoreKind::Postgres {
+        HistoryStore::in_postgres(&store)
+    } else {
+        volume().await.expect("open history")
+    };
+    (Arc::new(store), history)
+}
+
+/// An OpenAI-compatible chat completion whose reply is `content` (for wiremock fakes).
+pub fn chat_completion(content: &str) -> wiremock::ResponseTemplate {
+    wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5}
+    }))
+}
+
 /// A running server and what a test needs to talk to it.
 pub struct TestServer {
     /// `http://127.0.0.1:PORT`.
@@ -197,27 +239,8 @@ impl TestServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let data_dir = dir.path().to_path_buf();
         settings.configure.state_path = data_dir.join("runtime-config.json");
-        let volume_path = data_dir.join("history.db");
-        let volume = || HistoryStore::open(&volume_path);
-        let (store, history): (Arc<dyn VectorStore>, HistoryStore) = match &database_url {
-            None => (
-                Arc::new(SqliteStore::open(&data_dir.join("memories.db")).await.expect("open store")),
-                volume().await.expect("open history"),
-            ),
-            Some(url) => {
-                let config = PgVectorConfig { max_connections: 4, ..PgVectorConfig::default() };
-                let store = PgVectorStore::connect(url, &config).await.expect("connect to the test postgres");
-                settings.memory.vector_store.provider = mem0_core::VectorStoreProvider::Pgvector;
-                settings.memory.vector_store.pgvector.url = Some(url.clone().into());
-                let history = if kind == StoreKind::Postgres {
-                    settings.memory.history.provider = mem0_core::HistoryProvider::Postgres;
-                    HistoryStore::in_postgres(&store)
-                } else {
-                    volume().await.expect("open history")
-                };
-                (Arc::new(store), history)
-            }
-        };
+        point_settings(&mut settings, kind, database_url.as_deref());
+        let (store, history) = open_stores(kind, database_url.as_deref(), &data_dir).await;
         // The composition root of the server, with this test's stores and embedder.
         let memory = Memory::assemble(store, history, embedder, &settings.memory).await.expect("memory service");
         let state = mem0_server::assemble_state(memory, settings).await.expect("server state");
@@ -249,13 +272,7 @@ impl TestServer {
     pub fn restart_settings(&self) -> Settings {
         let mut settings = test_settings();
         settings.configure.state_path = self.data_dir.join("runtime-config.json");
-        if let Some(database) = &self.database {
-            settings.memory.vector_store.provider = mem0_core::VectorStoreProvider::Pgvector;
-            settings.memory.vector_store.pgvector.url = Some(database.url.clone().into());
-            if self.kind == StoreKind::Postgres {
-                settings.memory.history.provider = mem0_core::HistoryProvider::Postgres;
-            }
-        }
+        point_settings(&mut settings, self.kind, self.database.as_ref().map(|database| database.url.as_str()));
         settings
     }
 
@@ -284,21 +301,8 @@ impl TestServer {
     /// The memory service on this server's stores, opened anew (as a restart would, journal
     /// delivered), e.g. to check what a stopped server left behind.
     pub async fn reopen(&self) -> Memory {
-        let (store, history): (Arc<dyn VectorStore>, HistoryStore) = match (&self.database, self.kind) {
-            (Some(database), kind) => {
-                let store = PgVectorStore::connect(&database.url, &PgVectorConfig::default()).await.expect("postgres");
-                let history = if kind == StoreKind::Postgres {
-                    HistoryStore::in_postgres(&store)
-                } else {
-                    HistoryStore::open(&self.data_dir.join("history.db")).await.expect("open history")
-                };
-                (Arc::new(store), history)
-            }
-            (None, _) => (
-                Arc::new(SqliteStore::open(&self.data_dir.join("memories.db")).await.expect("open store")),
-                HistoryStore::open(&self.data_dir.join("history.db")).await.expect("open history"),
-            ),
-        };
+        let url = self.database.as_ref().map(|database| database.url.as_str());
+        let (store, history) = open_stores(self.kind, url, &self.data_dir).await;
         let memory = Memory::new(store, history, local_embedder().await).await.expect("memory service");
         memory.recover(std::time::Duration::ZERO).await.expect("recover");
         memory

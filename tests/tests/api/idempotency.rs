@@ -6,17 +6,13 @@
 use std::time::Duration;
 
 use mem0_core::providers::llm::LlmProvider;
-use mem0_http_tests::{local_embedder, test_settings, Reply, TestServer};
+use mem0_http_tests::{chat_completion, local_embedder, test_settings, Reply, TestServer};
 use serde_json::{json, Value};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 fn chat_reply(fact: &str) -> ResponseTemplate {
-    let content = json!({"facts": [{"text": fact}]}).to_string();
-    ResponseTemplate::new(200).set_body_json(json!({
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5}
-    }))
+    chat_completion(&json!({"facts": [{"text": fact}]}).to_string())
 }
 
 async fn start_with_llm(llm: &MockServer) -> TestServer {

@@ -5,10 +5,10 @@
 
 use mem0_core::policy::{Action, PolicyConfig, RuleConfig};
 use mem0_core::providers::llm::LlmProvider;
-use mem0_http_tests::{local_embedder, test_settings, TestServer};
+use mem0_http_tests::{chat_completion, local_embedder, test_settings, TestServer};
 use serde_json::{json, Value};
 use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::{Mock, MockServer};
 
 fn policy() -> PolicyConfig {
     PolicyConfig {
@@ -88,10 +88,7 @@ async fn the_model_sees_and_the_buffer_keeps_only_redacted_text_and_its_facts_ar
     .to_string();
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": facts}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5}
-        })))
+        .respond_with(chat_completion(&facts))
         .mount(&llm)
         .await;
     let server = start(Some(&llm)).await;

@@ -4,12 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use mem0_http_tests::{local_embedder, test_settings, Reply, StoreKind, TestServer};
+use mem0_http_tests::{chat_completion, local_embedder, test_settings, Reply, StoreKind, TestServer};
 use mem0_server::config::Settings;
 use reqwest::Method;
 use serde_json::{json, Value};
 use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, ResponseTemplate};
+use wiremock::{Mock, MockServer};
 
 const ADMIN_KEY: &str = "bootstrap-admin-key-0123456789-abcdefghij";
 
@@ -41,10 +41,7 @@ async fn fake_llm(fact: &str) -> MockServer {
     let content = json!({"facts": [{"text": fact}]}).to_string();
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5}
-        })))
+        .respond_with(chat_completion(&content))
         .mount(&llm)
         .await;
     llm
