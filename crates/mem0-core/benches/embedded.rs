@@ -149,8 +149,13 @@ async fn bench_store(n: usize) {
     report(&format!("list first page of 100 in a scope of {n}"), timings);
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // Before the runtime starts any thread (see `pin_thread_count`).
+    mem0_core::providers::embedder::pin_thread_count();
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime").block_on(run());
+}
+
+async fn run() {
     let n: usize = std::env::var("BENCH_N").ok().and_then(|value| value.parse().ok()).unwrap_or(10_000);
     let model_dir = std::env::var("BENCH_MODEL_DIR")
         .map(PathBuf::from)

@@ -472,8 +472,13 @@ fn selected_modes() -> Vec<SearchMode> {
         .collect()
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // Before the runtime starts any thread (see `pin_thread_count`).
+    mem0_core::providers::embedder::pin_thread_count();
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime").block_on(run());
+}
+
+async fn run() {
     let data_path = std::env::var("LOCOMO_PATH").map_or_else(|_| PathBuf::from(DEFAULT_DATA), PathBuf::from);
     let Ok(raw) = std::fs::read(&data_path) else {
         println!("locomo: dataset not found at {}; skipped (set LOCOMO_PATH)", data_path.display());

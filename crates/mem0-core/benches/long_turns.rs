@@ -143,8 +143,13 @@ fn search_request(user: &str, query: String, mode: SearchMode) -> SearchRequest 
     }
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() {
+fn main() {
+    // Before the runtime starts any thread (see `pin_thread_count`).
+    mem0_core::providers::embedder::pin_thread_count();
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime").block_on(run());
+}
+
+async fn run() {
     let model_dir = std::env::var("BENCH_MODEL_DIR").map_or_else(|_| PathBuf::from(DEFAULT_MODEL_DIR), PathBuf::from);
     let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|value| value.parse().ok()).unwrap_or(5).max(1);
     let loaded = tokio::task::spawn_blocking({

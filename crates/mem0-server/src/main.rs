@@ -30,9 +30,13 @@ enum Command {
     Reindex,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> anyhow::Result<()> {
+    // First thing in the process, before the runtime or anything else starts a thread.
+    mem0_core::providers::embedder::pin_thread_count();
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(Cli::parse()))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Openapi => {
             print!("{}", mem0_server::openapi::document_json());

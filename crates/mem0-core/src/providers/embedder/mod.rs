@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-pub use local::LocalEmbedder;
+pub use local::{pin_thread_count, LocalEmbedder};
 pub use openai::{OpenAiEmbedder, OpenAiEmbedderConfig, DEFAULT_OPENAI_BASE_URL};
 
 use crate::error::{ProviderError, Result};
