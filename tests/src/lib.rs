@@ -178,7 +178,8 @@ pub struct TestServer {
     pub client: reqwest::Client,
     /// Where the SQLite files live.
     pub data_dir: PathBuf,
-    request_log: mem0_server::request_log::RequestLogWriter,
+    request_log: mem0_server::background_log::RequestLogWriter,
+    audit: mem0_server::background_log::AuditWriter,
     /// The Postgres database of a pgvector server (dropped with the server; `None` for a
     /// replica, which uses the first server's).
     pub database: Option<TestDatabase>,
@@ -245,6 +246,7 @@ impl TestServer {
         let memory = Memory::assemble(store, history, embedder, &settings.memory).await.expect("memory service");
         let state = mem0_server::assemble_state(memory, settings).await.expect("server state");
         let request_log = state.request_log.clone();
+        let audit = state.audit.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -259,6 +261,7 @@ impl TestServer {
             client: reqwest::Client::new(),
             data_dir,
             request_log,
+            audit,
             database: None,
             kind,
             _dir: dir,
@@ -321,6 +324,12 @@ impl TestServer {
     /// background; an entry is queued before its response is sent).
     pub async fn flush_request_log(&self) {
         self.request_log.flush().await;
+    }
+
+    /// Waits until the audit trail holds every event of the requests answered so far (written in
+    /// the background; an event is queued before its response is sent).
+    pub async fn flush_audit(&self) {
+        self.audit.flush().await;
     }
 
     /// Sends a request and returns status, headers and JSON body (`Value::Null` when not JSON).

@@ -1,13 +1,16 @@
 //! One suite, both history providers: the SQLite history volume and the history in the Postgres
 //! database of the store (`memory.history.provider = "postgres"`). History entries, the
 //! conversation buffer (under concurrent writers from two handles, as two replicas would be),
-//! API keys seen by another handle on the same database, the request log and stored settings.
+//! API keys seen by another handle on the same database, the request log, the audit trail and
+//! stored settings.
 
 use std::sync::Arc;
 
 use chrono::Utc;
 use mem0_core::api_keys::NewApiKey;
-use mem0_core::history::{BufferedMessages, HistoryStore, RequestLogEntry, BUFFER_KEEP};
+use mem0_core::history::{
+    AuditAction, AuditEntry, AuditQuery, BufferedMessages, HistoryStore, RequestLogEntry, BUFFER_KEEP,
+};
 use mem0_core::store::{PgVectorConfig, PgVectorStore};
 use mem0_core::types::{HistoryEvent, HistoryRecord, MemoryRecord};
 use mem0_core::{Caller, Message, Role, Scope, ScopeGrant};
@@ -217,6 +220,81 @@ async fn the_request_log_pages_filters_and_prunes() {
         assert!(log.recent(None, Some(&[]), None, 10).await.expect("recent").is_empty(), "{name}");
         let pruned = log.prune(Utc::now() - chrono::Duration::minutes(60)).await.expect("prune");
         assert_eq!(pruned, 1, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn the_audit_trail_filters_pages_survives_a_reset_and_prunes() {
+    for provider in providers().await {
+        let name = provider.name;
+        let (tea, bees) = (Uuid::now_v7(), Uuid::now_v7());
+        let entry =
+            |minutes_ago: i64, tenant: &str, principal: &str, action: AuditAction, memory: Option<Uuid>| AuditEntry {
+                id: 0,
+                at: Utc::now() - chrono::Duration::minutes(minutes_ago),
+                tenant: tenant.to_owned(),
+                principal_id: principal.to_owned(),
+                action,
+                memory_id: memory.map(|id| id.to_string()),
+                request_id: Some(format!("req-{minutes_ago}")),
+                detail: None,
+            };
+        let entries = [
+            entry(90, "t1", "key:a", AuditAction::Add, Some(tea)),
+            entry(50, "t1", "key:b", AuditAction::SearchHit, Some(tea)),
+            entry(40, "t1", "key:b", AuditAction::SearchHit, Some(bees)),
+            entry(30, "t2", "key:a", AuditAction::Get, Some(tea)),
+            entry(20, "t1", "jwt:ann", AuditAction::PolicyReject, None),
+        ];
+        provider.first.audit_log().append(&entries).await.expect("append");
+        let log = provider.second.audit_log();
+        let read = |query: AuditQuery| {
+            let log = log.clone();
+            async move {
+                log.query(&AuditQuery { limit: if query.limit == 0 { 10 } else { query.limit }, ..query })
+                    .await
+                    .expect("query")
+            }
+        };
+        let all = read(AuditQuery::default()).await;
+        assert_eq!(all.len(), 5, "{name}");
+        assert!(all.windows(2).all(|pair| pair[0].id > pair[1].id), "{name}: newest first");
+        assert_eq!(all[0].action, AuditAction::PolicyReject, "{name}");
+        assert_eq!(all[4].request_id.as_deref(), Some("req-90"), "{name}");
+        let t1 = read(AuditQuery { tenant: Some("t1".into()), ..AuditQuery::default() }).await;
+        assert_eq!(t1.len(), 4, "{name}");
+        let about_tea = read(AuditQuery { memory_id: Some(tea), ..AuditQuery::default() }).await;
+        assert_eq!(about_tea.len(), 3, "{name}");
+        let tea_in_t1 =
+            read(AuditQuery { tenant: Some("t1".into()), memory_id: Some(tea), ..AuditQuery::default() }).await;
+        assert_eq!(tea_in_t1.len(), 2, "{name}");
+        let hits =
+            read(AuditQuery { actions: Some(vec![AuditAction::SearchHit, AuditAction::Get]), ..AuditQuery::default() })
+                .await;
+        assert_eq!(hits.len(), 3, "{name}");
+        let of_b = read(AuditQuery { principals: Some(vec!["key:b".into()]), ..AuditQuery::default() }).await;
+        assert_eq!(of_b.len(), 2, "{name}");
+        assert!(read(AuditQuery { principals: Some(Vec::new()), ..AuditQuery::default() }).await.is_empty(), "{name}");
+        assert!(read(AuditQuery { actions: Some(Vec::new()), ..AuditQuery::default() }).await.is_empty(), "{name}");
+        let window = read(AuditQuery {
+            since: Some(Utc::now() - chrono::Duration::minutes(45)),
+            until: Some(Utc::now() - chrono::Duration::minutes(25)),
+            ..AuditQuery::default()
+        })
+        .await;
+        assert_eq!(
+            window.iter().map(|entry| entry.action).collect::<Vec<_>>(),
+            [AuditAction::Get, AuditAction::SearchHit],
+            "{name}"
+        );
+        let page = read(AuditQuery { before: Some(all[1].id), limit: 2, ..AuditQuery::default() }).await;
+        assert_eq!(page, all[2..4], "{name}: paged");
+        // A reset of the tenant's memories and history leaves the trail.
+        provider.first.reset(Some("t1")).await.expect("reset");
+        assert_eq!(read(AuditQuery::default()).await.len(), 5, "{name}");
+        let pruned = log.prune(Utc::now() - chrono::Duration::minutes(60)).await.expect("prune");
+        assert_eq!(pruned, 1, "{name}");
+        assert_eq!(read(AuditQuery::default()).await.len(), 4, "{name}");
     }
 }
 

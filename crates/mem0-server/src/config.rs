@@ -11,9 +11,9 @@ use secrecy::{ExposeSecret as _, SecretString};
 use serde::Deserialize;
 
 use crate::auth::AuthSettings;
+use crate::background_log::RetainedLogSettings;
 use crate::configure::ConfigureSettings;
 use crate::rate_limit::RateLimitSettings;
-use crate::request_log::RequestLogSettings;
 
 /// The defaults, compiled into the binary so it runs with no files.
 pub const DEFAULT_CONFIG: &str = include_str!("../../../config/default.toml");
@@ -33,7 +33,9 @@ pub struct Settings {
     /// Rate limits.
     pub rate_limit: RateLimitSettings,
     /// The request log.
-    pub request_log: RequestLogSettings,
+    pub request_log: RetainedLogSettings,
+    /// The audit trail.
+    pub audit: RetainedLogSettings,
     /// Runtime configuration changes (`POST /configure`).
     pub configure: ConfigureSettings,
 }
@@ -239,6 +241,7 @@ impl Settings {
             anyhow::ensure!(value >= 1, "rate_limit.{name} must be at least 1");
         }
         anyhow::ensure!(self.request_log.retention_days >= 1, "request_log.retention_days must be at least 1");
+        anyhow::ensure!(self.audit.retention_days >= 1, "audit.retention_days must be at least 1");
         mem0_core::scope::validate_scope_id("server.default_tenant", &server.default_tenant)
             .map_err(|error| anyhow::anyhow!("{error}"))?;
         Ok(())

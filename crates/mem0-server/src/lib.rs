@@ -4,6 +4,7 @@
 //! owns routing, the error envelope, request ids, limits, configuration loading and OpenAPI.
 
 pub mod auth;
+pub mod background_log;
 pub mod body;
 pub mod browser;
 pub mod config;
@@ -15,7 +16,6 @@ pub mod idempotency;
 pub mod openapi;
 pub mod rate_limit;
 pub mod request_context;
-pub mod request_log;
 pub mod routes;
 pub mod state;
 
@@ -28,6 +28,7 @@ use axum::handler::Handler;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{middleware, Router};
+use mem0_core::history::AuditSink;
 use mem0_core::Memory;
 use tokio::net::TcpListener;
 use tower::limit::GlobalConcurrencyLimitLayer;
@@ -168,7 +169,10 @@ async fn assemble_state_at(memory: Memory, settings: Settings, config_version: i
         });
         limits
     });
-    let request_log = request_log::RequestLogWriter::spawn(requests.clone(), &settings.request_log);
+    let request_log = background_log::RequestLogWriter::spawn(requests.clone(), &settings.request_log);
+    let audit_log = memory.history_store().audit_log();
+    let audit = background_log::AuditWriter::spawn(audit_log.clone(), &settings.audit);
+    let memory = memory.with_audit(settings.audit.enabled.then(|| Arc::new(audit.clone()) as Arc<dyn AuditSink>));
     let memory_handle = Arc::new(state::MemoryHandle::new(memory, configure::RuntimeConfig::from_settings(&settings)));
     // Journal entries left behind by a write whose undo failed (the store was down at that
     // moment) get their history once it answers again; startup already delivered older ones.
@@ -205,6 +209,8 @@ async fn assemble_state_at(memory: Memory, settings: Settings, config_version: i
         limits,
         request_log,
         requests,
+        audit,
+        audit_log,
         api_keys,
         draining: Arc::default(),
     };

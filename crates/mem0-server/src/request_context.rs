@@ -13,8 +13,8 @@ use tracing::Instrument;
 use mem0_core::history::RequestLogEntry;
 use mem0_core::Caller;
 
+use crate::background_log::RequestLogWriter;
 use crate::error::{ApiError, ErrorCode};
-use crate::request_log::RequestLogWriter;
 
 /// The request id header.
 pub static REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");

@@ -5,14 +5,14 @@ use std::sync::Arc;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use mem0_core::api_keys::ApiKeys;
-use mem0_core::history::RequestLog;
+use mem0_core::history::{AuditLog, RequestLog};
 use mem0_core::{Caller, Memory};
 
 use crate::auth::Authenticator;
+use crate::background_log::{AuditWriter, RequestLogWriter};
 use crate::config::Settings;
 use crate::error::{ApiError, ErrorCode};
 use crate::rate_limit::Limits;
-use crate::request_log::RequestLogWriter;
 
 /// The memory service in effect; `POST /configure` swaps it atomically.
 #[derive(Debug)]
@@ -63,6 +63,10 @@ pub struct AppState {
     pub request_log: RequestLogWriter,
     /// The request log, to read (admins).
     pub requests: RequestLog,
+    /// Where the memory service reports audit events (tests flush it before reading).
+    pub audit: AuditWriter,
+    /// The audit trail, to read (admins).
+    pub audit_log: AuditLog,
     /// The API keys.
     pub api_keys: ApiKeys,
     /// Set when a shutdown began: `/ready` answers 503 `draining` from then on.

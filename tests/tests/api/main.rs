@@ -3,6 +3,7 @@
 //! for the providers this machine cannot reach. One binary links the server (and candle) once.
 //! Run one area with e.g. `cargo test -p mem0-http-tests --test api security::`.
 
+mod audit;
 mod configure;
 mod extraction;
 mod failures;

@@ -158,6 +158,7 @@ fn protected_routes(memory: &str) -> Vec<(Method, String, Option<Value>)> {
         (Method::GET, "/entities".into(), None),
         (Method::DELETE, "/entities/user/alice".into(), None),
         (Method::GET, "/requests".into(), None),
+        (Method::GET, "/audit".into(), None),
         (Method::POST, "/api-keys".into(), Some(json!({"label": "x", "role": "read"}))),
         (Method::GET, "/api-keys".into(), None),
         (Method::DELETE, format!("/api-keys/{}", uuid::Uuid::new_v4()), None),
@@ -443,6 +444,7 @@ async fn roles_gate_writes_and_admin_routes() {
             (Method::GET, "/entities".to_owned(), None),
             (Method::DELETE, "/entities/user/alice".to_owned(), None),
             (Method::GET, "/requests".to_owned(), None),
+            (Method::GET, "/audit".to_owned(), None),
             (Method::GET, "/api-keys".to_owned(), None),
             (Method::POST, "/api-keys".to_owned(), Some(json!({"label": "escalate", "role": "admin"}))),
             (Method::GET, "/configure".to_owned(), None),
@@ -503,6 +505,91 @@ async fn request_log_records_templates_per_tenant() {
     call(server, &world.acme_admin, Method::GET, "/requests?limit=500", None)
         .await
         .assert_error(400, "validation_failed");
+}
+
+/// The audit trail names the credential of each read and change (a key's id, a token's
+/// subject), stays within the caller's tenant, and a bound admin sees only its own entries and
+/// those of the keys it manages; the request body cannot name another principal.
+#[tokio::test]
+async fn audit_trail_names_the_credential_and_stays_in_its_tenant() {
+    let world = world().await;
+    let server = &world.server;
+    let alice_key_id = {
+        let listed = call(server, &world.acme_admin, Method::GET, "/api-keys", None).await;
+        listed.body["results"]
+            .as_array()
+            .expect("keys")
+            .iter()
+            .find(|key| key["label"] == "alice app")
+            .and_then(|key| key["id"].as_str())
+            .expect("alice key")
+            .to_owned()
+    };
+    let path = format!("/memories/{}", world.alice_memory);
+    assert_eq!(call(server, &world.alice_writer, Method::GET, &path, None).await.status, 200);
+    let token = As::Bearer(sign(Algorithm::HS256, &claims("acme", "alice", &["read"])));
+    assert_eq!(call(server, &token, Method::GET, &path, None).await.status, 200);
+    // Another tenant's reader cannot see it, so nothing is recorded for it.
+    call(server, &world.globex_writer, Method::GET, &path, None).await.assert_error(404, "memory_not_found");
+    // A body naming another principal changes nothing.
+    let forged = json!({"messages": [{"role": "user", "content": "alice naps at noon"}], "user_id": "alice",
+        "infer": false, "principal_id": "admin", "metadata": {"principal_id": "admin"}});
+    let added = call(server, &world.alice_writer, Method::POST, "/memories", Some(forged)).await;
+    assert_eq!(added.status, 200, "{}", added.body);
+    server.flush_audit().await;
+
+    let trail =
+        call(server, &world.acme_admin, Method::GET, &format!("/audit?memory_id={}", world.alice_memory), None).await;
+    assert_eq!(trail.status, 200, "{}", trail.body);
+    let readers: Vec<(&str, &str)> = trail.body["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|entry| (entry["action"].as_str().unwrap(), entry["principal_id"].as_str().unwrap()))
+        .collect();
+    let alice_principal = format!("key:{alice_key_id}");
+    assert_eq!(
+        readers,
+        [("get", "jwt:alice"), ("get", alice_principal.as_str()), ("add", alice_principal.as_str())],
+        "{}",
+        trail.body
+    );
+    let new_id = added.body["results"][0]["id"].as_str().expect("id");
+    let forged_trail = call(server, &world.acme_admin, Method::GET, &format!("/audit?memory_id={new_id}"), None).await;
+    assert_eq!(forged_trail.body["results"][0]["principal_id"], alice_principal.as_str(), "{}", forged_trail.body);
+
+    // Tenants: globex's entries are not acme's, and the other way round.
+    let acme_all = call(server, &world.acme_admin, Method::GET, "/audit?limit=500", None).await;
+    assert!(acme_all.body["results"].as_array().expect("results").iter().all(|entry| entry["tenant"] == "acme"));
+    assert!(!acme_all.body.to_string().contains(&world.globex_memory), "{}", acme_all.body);
+    let globex_admin =
+        create_key(server, &world.admin, json!({"label": "globex admin", "role": "admin", "tenant": "globex"})).await.0;
+    let globex_view = call(server, &As::Key(globex_admin), Method::GET, "/audit?limit=500", None).await;
+    assert_eq!(globex_view.status, 200, "{}", globex_view.body);
+    assert!(!globex_view.body.to_string().contains(&world.alice_memory), "{}", globex_view.body);
+    assert!(globex_view.body.to_string().contains(&world.globex_memory), "{}", globex_view.body);
+
+    // A bound admin: its own entries and those of keys within its grant, even when it names
+    // someone else's principal.
+    let (scoped, scoped_id) =
+        create_key(server, &world.acme_admin, json!({"label": "alice admin", "role": "admin", "user_ids": ["alice"]}))
+            .await;
+    let scoped = As::Key(scoped);
+    assert_eq!(call(server, &scoped, Method::GET, &path, None).await.status, 200);
+    server.flush_audit().await;
+    let seen = call(server, &scoped, Method::GET, "/audit?limit=500", None).await;
+    assert_eq!(seen.status, 200, "{}", seen.body);
+    let principals: std::collections::HashSet<&str> = seen.body["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|entry| entry["principal_id"].as_str())
+        .collect();
+    assert!(principals.contains(format!("key:{scoped_id}").as_str()), "{principals:?}");
+    assert!(!principals.contains("jwt:alice"), "{principals:?}");
+    let named = call(server, &scoped, Method::GET, "/audit?principal_id=jwt:alice", None).await;
+    assert_eq!(named.status, 200, "{}", named.body);
+    assert_eq!(named.body["results"], json!([]), "not within its grant");
 }
 
 #[tokio::test]

@@ -1,14 +1,16 @@
 //! The history: the `history` of every memory change (this file), the conversation buffer
-//! (`buffer.rs`), the request log (`request_log.rs`), the API keys ([`crate::api_keys`]) and the
-//! runtime configuration (`settings.rs`); tenant and scope on every row. They live in the SQLite
+//! (`buffer.rs`), the request log (`request_log.rs`), the audit trail (`audit.rs`), the API keys
+//! ([`crate::api_keys`]) and the runtime configuration (`settings.rs`); tenant on every row. They live in the SQLite
 //! history volume, or in the Postgres database of the store (`db.rs`).
 
+mod audit;
 mod buffer;
 pub(crate) mod db;
 mod idempotency;
 mod request_log;
 mod settings;
 
+pub use self::audit::{AuditAction, AuditEntry, AuditEvent, AuditLog, AuditQuery, AuditSink};
 pub use self::buffer::session_under;
 pub use self::idempotency::{Claim, Idempotency, StoredResponse, IDEMPOTENCY_TTL_HOURS};
 pub use self::request_log::{RequestLog, RequestLogEntry};
@@ -256,6 +258,11 @@ impl HistoryStore {
     /// Returns the request log, which lives in the same database.
     pub fn request_log(&self) -> RequestLog {
         RequestLog::new(self.db.clone())
+    }
+
+    /// Returns the audit trail.
+    pub fn audit_log(&self) -> AuditLog {
+        AuditLog::new(self.db.clone())
     }
 
     /// Delivers history entries and buffered conversation messages in one transaction, then

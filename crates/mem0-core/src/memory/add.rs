@@ -15,7 +15,7 @@ use crate::entities;
 use crate::error::{Error, ProviderError, ProviderErrorKind, Result};
 use crate::extraction::{self, ExtractedFact, ExtractionInput, PromptMessage};
 use crate::filter::{Condition, Field, Filter, Operand, Operator, Scalar, TextField};
-use crate::history::BufferedMessages;
+use crate::history::{AuditAction, BufferedMessages};
 use crate::providers::llm::{ChatMessage, Llm, LlmRequest, LlmResponse};
 use crate::scope::{Caller, Role, Scope};
 use crate::store::EntityLink;
@@ -77,16 +77,18 @@ impl Memory {
             text::reject_nul("prompt", prompt)?;
         }
         let metadata = sanitize_metadata(request.metadata.clone())?;
-        if request.memory_type.is_some() {
+        let outcome = if request.memory_type.is_some() {
             if request.scope.agent_id.is_none() {
                 return Err(Error::validation("agent_id", "procedural memory needs an agent_id"));
             }
-            return self.add_procedural(caller, request, metadata).await;
-        }
-        if request.infer {
-            return self.add_inferred(caller, request, metadata).await;
-        }
-        self.add_verbatim(caller, request, metadata).await
+            self.add_procedural(caller, request, metadata).await?
+        } else if request.infer {
+            self.add_inferred(caller, request, metadata).await?
+        } else {
+            self.add_verbatim(caller, request, metadata).await?
+        };
+        self.audit(caller, AuditAction::Add, outcome.results.iter().map(|added| added.id));
+        Ok(outcome)
     }
 
     /// `infer=false`: every non-system message becomes a memory as it is.

@@ -8,6 +8,7 @@ use super::Memory;
 use crate::analysis;
 use crate::entities;
 use crate::error::{Error, Result};
+use crate::history::AuditAction;
 use crate::scope::{Caller, Role};
 use crate::store::{ScopeCursor, ScopeKind, ScopePage, WriteSet};
 use crate::types::MemoryRecord;
@@ -24,7 +25,9 @@ impl Memory {
             return Err(Error::Forbidden("reset needs an admin that is not bound to a scope".into()));
         }
         self.store.reset(Some(&caller.tenant)).await?;
-        self.history.reset(Some(&caller.tenant)).await
+        self.history.reset(Some(&caller.tenant)).await?;
+        self.audit_event(caller, AuditAction::Reset, None);
+        Ok(())
     }
 
     /// Deletes every memory, history entry and buffered message of every tenant.
@@ -37,7 +40,9 @@ impl Memory {
             return Err(Error::Forbidden("a global reset needs the global admin".into()));
         }
         self.store.reset(None).await?;
-        self.history.reset(None).await
+        self.history.reset(None).await?;
+        self.audit_event(caller, AuditAction::Reset, Some("every tenant".to_owned()));
+        Ok(())
     }
 
     /// Lists the scope ids of the caller's tenant that own memories, with counts, ordered by

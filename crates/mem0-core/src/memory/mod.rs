@@ -35,7 +35,7 @@ pub use self::requests::{
 pub use self::writes::FailPoint;
 use crate::error::{Error, Result};
 use crate::filter::Filter;
-use crate::history::HistoryStore;
+use crate::history::{AuditAction, AuditEvent, AuditSink, HistoryStore};
 use crate::policy::{Checked, Policy};
 use crate::providers::embedder::Embedder;
 use crate::providers::llm::Llm;
@@ -57,6 +57,8 @@ pub struct Memory {
     reranker: Option<Arc<dyn Reranker>>,
     rerank_candidates: usize,
     policy: Arc<Policy>,
+    /// Where reads, changes and policy decisions are reported; `None` records nothing.
+    audit: Option<Arc<dyn AuditSink>>,
     /// Called at the named steps of every write (crash drills in tests); `None` in production.
     fail_point: Option<FailPoint>,
     /// Journal entries of the writes this process is committing: recovery leaves them alone.
@@ -92,6 +94,7 @@ impl Memory {
             reranker: None,
             rerank_candidates: 30,
             policy: Arc::new(Policy::default()),
+            audit: None,
             fail_point: None,
             writing: Arc::default(),
         })
@@ -128,12 +131,48 @@ impl Memory {
         self
     }
 
+    /// Returns the service reporting every read of a memory, every change and every write-policy
+    /// decision to `sink` (the audit trail).
+    #[must_use]
+    pub fn with_audit(mut self, sink: Option<Arc<dyn AuditSink>>) -> Self {
+        self.audit = sink;
+        self
+    }
+
+    /// Reports that `caller` did `action` to each of `memory_ids` (nothing when there are none).
+    fn audit<I: IntoIterator<Item = Uuid>>(&self, caller: &Caller, action: AuditAction, memory_ids: I) {
+        if let Some(sink) = &self.audit {
+            let events: Vec<AuditEvent> =
+                memory_ids.into_iter().map(|id| AuditEvent::of(caller, action, Some(id), None)).collect();
+            if !events.is_empty() {
+                sink.record(events);
+            }
+        }
+    }
+
+    /// Reports an event about no single memory (a reset, a policy decision).
+    fn audit_event(&self, caller: &Caller, action: AuditAction, detail: Option<String>) {
+        if let Some(sink) = &self.audit {
+            sink.record(vec![AuditEvent::of(caller, action, None, detail)]);
+        }
+    }
+
     /// Checks `text` of the caller's tenant against the write policy: the text to store
-    /// (redacted where a rule says so), or [`Error::PolicyRejected`] naming `field`.
+    /// (redacted where a rule says so), or [`Error::PolicyRejected`] naming `field`. Every
+    /// redaction and refusal goes to the audit trail (rule or kinds and field, never the text).
     pub(crate) fn screen(&self, caller: &Caller, field: &str, text: &str) -> Result<(String, Vec<String>)> {
         match self.policy.check(&caller.tenant, text) {
-            Checked::Store { text, redacted } => Ok((text, redacted)),
-            Checked::Rejected { rule } => Err(Error::PolicyRejected { field: field.to_owned(), rule }),
+            Checked::Store { text, redacted } => {
+                if !redacted.is_empty() {
+                    let detail = format!("{} in {field}", redacted.join(", "));
+                    self.audit_event(caller, AuditAction::PolicyRedact, Some(detail));
+                }
+                Ok((text, redacted))
+            }
+            Checked::Rejected { rule } => {
+                self.audit_event(caller, AuditAction::PolicyReject, Some(format!("{rule} in {field}")));
+                Err(Error::PolicyRejected { field: field.to_owned(), rule })
+            }
         }
     }
 
@@ -180,7 +219,9 @@ impl Memory {
     #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
     pub async fn get(&self, caller: &Caller, id: Uuid) -> Result<MemoryItem> {
         caller.require(Role::Read)?;
-        Ok(self.visible(caller, id).await?.into())
+        let record = self.visible(caller, id).await?;
+        self.audit(caller, AuditAction::Get, [id]);
+        Ok(record.into())
     }
 
     /// Lists memories of a scope, newest first, one page at a time.
@@ -200,6 +241,7 @@ impl Memory {
         let cursor = request.cursor.as_deref().map(Cursor::decode).transpose()?;
         let query = self.scoped_query(caller, request.scope, request.filter, request.show_expired);
         let page = self.store.list(&query, cursor, request.page_size).await?;
+        self.audit(caller, AuditAction::List, page.records.iter().map(|record| record.id));
         Ok(ListPage {
             items: page.records.into_iter().map(MemoryItem::from).collect(),
             next: page.next.map(|cursor| cursor.encode()),
@@ -221,6 +263,7 @@ impl Memory {
         if !visible {
             return Err(Error::MemoryNotFound { id: id.to_string() });
         }
+        self.audit(caller, AuditAction::History, [id]);
         Ok(entries)
     }
 

@@ -6,6 +6,7 @@ use uuid::Uuid;
 use super::limits::{check_bound, MAX_QUERY_BYTES};
 use super::{Memory, SearchMode, SearchOutcome, SearchRequest};
 use crate::error::{Error, Result};
+use crate::history::AuditAction;
 use crate::retrieval::{self, ScoreExplanation};
 use crate::scope::{Caller, Role};
 use crate::text;
@@ -108,6 +109,7 @@ impl Memory {
             results.sort_by(|a, b| b.rerank_score.unwrap_or(0.0).total_cmp(&a.rerank_score.unwrap_or(0.0)));
         }
         results.truncate(request.top_k);
+        self.audit(caller, AuditAction::SearchHit, results.iter().map(|item| item.id));
         Ok(SearchOutcome { results, warnings })
     }
 }

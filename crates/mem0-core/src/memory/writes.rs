@@ -16,7 +16,7 @@ use super::{Memory, UpdateRequest};
 use crate::analysis;
 use crate::entities;
 use crate::error::{Error, Result};
-use crate::history::{BufferedMessages, Pending};
+use crate::history::{AuditAction, BufferedMessages, Pending};
 use crate::scope::{Caller, Role, Scope};
 use crate::store::{Applied, EntityLink, WriteSet};
 use crate::text;
@@ -277,6 +277,7 @@ impl Memory {
             ..WriteSet::default()
         };
         self.commit(write, vec![entry], None).await?;
+        self.audit(caller, AuditAction::Update, [id]);
         Ok(updated.into())
     }
 
@@ -291,6 +292,7 @@ impl Memory {
         let entry = HistoryRecord::for_event(&record, HistoryEvent::Delete, Some(record.memory.clone()), stored_now());
         let write = WriteSet { tenant: caller.tenant.clone(), delete: vec![id], ..WriteSet::default() };
         self.commit(write, vec![entry], None).await?;
+        self.audit(caller, AuditAction::Delete, [id]);
         Ok(())
     }
 
@@ -337,7 +339,9 @@ impl Memory {
                 skip_missing: true,
                 ..WriteSet::default()
             };
-            deleted += self.commit(write, entries, None).await?.deleted.len();
+            let applied = self.commit(write, entries, None).await?;
+            deleted += applied.deleted.len();
+            self.audit(caller, AuditAction::Delete, applied.deleted.iter().map(|record| record.id));
         }
         // The conversation buffer of these scopes goes too: it is raw user text. So do buffered
         // messages still waiting in the journal, which would otherwise arrive later.

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod api_keys;
+pub mod audit;
 pub mod configure;
 pub mod health;
 pub mod memories;
@@ -41,7 +42,8 @@ pub fn api_groups() -> Vec<(RouteClass, OpenApiRouter<AppState>)> {
                 .merge(api_keys::router())
                 .merge(configure::router())
                 .merge(scopes::router())
-                .merge(requests::router()),
+                .merge(requests::router())
+                .merge(audit::router()),
         ),
     ]
 }
