@@ -11,7 +11,7 @@ use chrono::{NaiveDate, Utc};
 use mem0_core::providers::embedder::{Embedder, LocalEmbedder};
 use mem0_core::scope::Scope;
 use mem0_core::store::{MemoryRows as _, ScopedQuery, SqliteStore, VectorIndex as _, WriteSet};
-use mem0_core::types::{memory_hash, MemoryRecord, Metadata};
+use mem0_core::types::{memory_hash, MemoryRecord, Metadata, Provenance};
 use uuid::Uuid;
 
 const DIM: usize = 384;
@@ -71,6 +71,7 @@ fn memory(tenant: &str, user: &str, index: usize, embedding: Vec<f32>) -> Memory
         entities: Vec::new(),
         text_lemmatized: String::new(),
         embedding,
+        provenance: Provenance::default(),
     }
 }
 

@@ -15,7 +15,7 @@ use mem0_core::scope::Scope;
 use mem0_core::store::{
     PgVectorConfig, PgVectorStore, ScopedQuery, SqliteStore, VectorIndex as _, VectorStore, WriteSet,
 };
-use mem0_core::types::{memory_hash, MemoryRecord, Metadata};
+use mem0_core::types::{memory_hash, MemoryRecord, Metadata, Provenance};
 use uuid::Uuid;
 
 const DIM: usize = 384;
@@ -97,6 +97,7 @@ fn dataset(n: usize) -> Dataset {
                         entities: Vec::new(),
                         text_lemmatized: String::new(),
                         embedding: clustered(&mut rng, &centres, 0.08),
+                        provenance: Provenance::default(),
                     }
                 })
                 .collect();

@@ -28,14 +28,14 @@ Rules:
 9. Never write down secrets or identifying numbers: passwords, API keys, tokens, private keys, payment card numbers, government ids. At most note that the user has one ("User has a company credit card"), never its value.
 
 Answer with one JSON object and nothing else:
-{"facts": [{"text": "...", "attributed_to": "user", "linked_memory_ids": ["2"], "entities": ["..."]}]}
-attributed_to is "user" or "assistant": whose message the fact comes from. With nothing worth remembering, answer {"facts": []}.
+{"facts": [{"text": "...", "attributed_to": "user", "linked_memory_ids": ["2"], "entities": ["..."], "confidence": 0.9}]}
+attributed_to is "user" or "assistant": whose message the fact comes from. confidence (0 to 1): 0.9 for what was said plainly, lower for hedged, joking or uncertain statements. With nothing worth remembering, answer {"facts": []}.
 
 Example. Observation Date 2026-05-04 (Monday), no existing memories, new messages:
 user: My brother Tom starts at Google next week. I'm flying out to see him on Friday.
 assistant: Exciting! Want hotel suggestions near his place?
 Answer:
-{"facts": [{"text": "User's brother Tom starts a job at Google in the week of 2026-05-11", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom", "Google"]}, {"text": "User is flying to visit their brother Tom on 2026-05-08", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom"]}]}"#;
+{"facts": [{"text": "User's brother Tom starts a job at Google in the week of 2026-05-11", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom", "Google"], "confidence": 0.9}, {"text": "User is flying to visit their brother Tom on 2026-05-08", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom"], "confidence": 0.9}]}"#;
 
 /// Appended to the system prompt when the memories belong to an agent and no user.
 pub const AGENT_SUFFIX: &str = "\n\nThese memories belong to the agent, not to a user: write each fact as what the agent learned, was told or decided (\"Agent was told the deploy window is Friday 18:00 UTC\").";
@@ -144,7 +144,7 @@ pub fn flatten(messages: &[PromptMessage]) -> String {
 }
 
 /// One fact as the model returned it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ExtractedFact {
     /// The fact.
     pub text: String,
@@ -154,6 +154,8 @@ pub struct ExtractedFact {
     pub linked_ids: Vec<String>,
     /// Named things in the fact.
     pub entities: Vec<String>,
+    /// How sure the model is that the fact is true and current (0–1), when given and valid.
+    pub confidence: Option<f32>,
 }
 
 /// Reads the facts out of a model reply. Accepts `{"facts": [...]}`, `{"memory": [...]}`,
@@ -211,7 +213,18 @@ fn fact_from(item: &Value) -> Option<ExtractedFact> {
         .and_then(Value::as_str)
         .map(str::to_ascii_lowercase)
         .filter(|who| who == "user" || who == "assistant");
-    Some(ExtractedFact { text, attributed_to, linked_ids: strings("linked_memory_ids"), entities: strings("entities") })
+    let confidence = object
+        .and_then(|object| object.get("confidence"))
+        .and_then(Value::as_f64)
+        .filter(|confidence| (0.0..=1.0).contains(confidence))
+        .map(|confidence| confidence as f32);
+    Some(ExtractedFact {
+        text,
+        attributed_to,
+        linked_ids: strings("linked_memory_ids"),
+        entities: strings("entities"),
+        confidence,
+    })
 }
 
 /// Removes `<think>…</think>` blocks (and an unclosed leading one) and code fences.
@@ -371,12 +384,15 @@ mod tests {
     #[test]
     fn fact_fields_are_read_and_cleaned() {
         let reply = r#"{"facts": [
-            {"text": "Maria works at Siemens", "attributed_to": "USER", "linked_memory_ids": ["2", 3, ""], "entities": ["Maria", " Siemens "]},
+            {"text": "Maria works at Siemens", "attributed_to": "USER", "linked_memory_ids": ["2", 3, ""], "entities": ["Maria", " Siemens "], "confidence": 0.6},
             {"text": "  ", "attributed_to": "user"},
-            {"text": "User was recommended Kyoto", "attributed_to": "robot"}
+            {"text": "User was recommended Kyoto", "attributed_to": "robot", "confidence": 7},
+            {"text": "User may move to Oslo", "confidence": "likely"}
         ]}"#;
         let facts = parse_facts(reply).expect("parses");
-        assert_eq!(facts.len(), 2);
+        assert_eq!(facts.len(), 3);
+        assert_eq!(facts[0].confidence, Some(0.6));
+        assert_eq!((facts[1].confidence, facts[2].confidence), (None, None), "out of range or not a number");
         assert_eq!(facts[0].attributed_to.as_deref(), Some("user"));
         assert_eq!(facts[0].linked_ids, vec!["2", "3"]);
         assert_eq!(facts[0].entities, vec!["Maria", "Siemens"]);

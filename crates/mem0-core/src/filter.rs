@@ -50,6 +50,8 @@ pub enum Field {
     Text(TextField),
     /// A timestamp stored in its own column.
     Time(TimeField),
+    /// A number stored in its own column.
+    Number(NumberField),
     /// A caller metadata key (validated: `[A-Za-z0-9_.-]{1,64}`).
     Metadata(String),
 }
@@ -73,6 +75,14 @@ pub enum TextField {
     MemoryType,
     /// `hash`.
     Hash,
+    /// `source_type`.
+    SourceType,
+    /// `source_actor`.
+    SourceActor,
+    /// `source_app`.
+    SourceApp,
+    /// `evidence_ref`.
+    EvidenceRef,
 }
 
 impl TextField {
@@ -87,6 +97,26 @@ impl TextField {
             Self::AttributedTo => "attributed_to",
             Self::MemoryType => "memory_type",
             Self::Hash => "hash",
+            Self::SourceType => "source_type",
+            Self::SourceActor => "source_actor",
+            Self::SourceApp => "source_app",
+            Self::EvidenceRef => "evidence_ref",
+        }
+    }
+}
+
+/// Number columns that can be filtered on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NumberField {
+    /// `confidence`.
+    Confidence,
+}
+
+impl NumberField {
+    /// Returns the column name.
+    pub fn column(self) -> &'static str {
+        match self {
+            Self::Confidence => "confidence",
         }
     }
 }
@@ -319,6 +349,11 @@ fn parse_field_name(key: &str) -> Result<Field> {
         "attributed_to" => Field::Text(TextField::AttributedTo),
         "memory_type" => Field::Text(TextField::MemoryType),
         "hash" => Field::Text(TextField::Hash),
+        "source_type" => Field::Text(TextField::SourceType),
+        "source_actor" => Field::Text(TextField::SourceActor),
+        "source_app" => Field::Text(TextField::SourceApp),
+        "evidence_ref" => Field::Text(TextField::EvidenceRef),
+        "confidence" => Field::Number(NumberField::Confidence),
         "created_at" => Field::Time(TimeField::CreatedAt),
         "updated_at" => Field::Time(TimeField::UpdatedAt),
         _ => {
@@ -366,7 +401,9 @@ fn build_condition(key: &str, field: &Field, op: Operator, operand: &Value) -> R
             Operand::Many(items.iter().map(|item| scalar(field, item).map_err(&invalid)).collect::<Result<_>>()?)
         }
         Operator::Contains | Operator::IContains => match operand {
-            Value::String(text) if !matches!(field, Field::Time(_)) => Operand::One(Scalar::Text(text.clone())),
+            Value::String(text) if matches!(field, Field::Text(_) | Field::Metadata(_)) => {
+                Operand::One(Scalar::Text(text.clone()))
+            }
             _ => return Err(invalid("`contains`/`icontains` need a string and a text field".into())),
         },
         Operator::Gt | Operator::Gte | Operator::Lt | Operator::Lte => {
@@ -393,6 +430,12 @@ fn scalar(field: &Field, value: &Value) -> std::result::Result<Scalar, String> {
             }
         }
         (Field::Text(_), _) => Err("this field holds text; compare it with a string".into()),
+        (Field::Number(_), Value::Number(number)) => number
+            .as_f64()
+            .filter(|number| number.is_finite())
+            .map(Scalar::Number)
+            .ok_or_else(|| "number out of range".to_owned()),
+        (Field::Number(_), _) => Err("this field holds a number; compare it with a number".into()),
         (Field::Metadata(_), Value::String(text)) => Ok(Scalar::Text(text.clone())),
         (Field::Metadata(_), Value::Bool(flag)) => Ok(Scalar::Bool(*flag)),
         (Field::Metadata(_), Value::Number(number)) => number
@@ -489,6 +532,10 @@ mod tests {
             json!({"OR": [1]}),
             json!({"created_at": {"gt": "yesterday"}}),
             json!({"created_at": "*"}),
+            json!({"confidence": "high"}),
+            json!({"confidence": {"contains": "9"}}),
+            json!({"confidence": "*"}),
+            json!({"source_type": 1}),
         ] {
             let (_, filter) = match parse_filters(&bad) {
                 Err(_) => continue,

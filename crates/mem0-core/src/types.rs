@@ -11,6 +11,109 @@ use crate::scope::Scope;
 /// Caller metadata: flat JSON object of caller-chosen keys.
 pub type Metadata = Map<String, Value>;
 
+/// Where a memory came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum SourceType {
+    /// Said by the user (a verbatim user message).
+    UserStated,
+    /// Said by the assistant (a verbatim assistant message).
+    AssistantStated,
+    /// Written by a model from a conversation (`infer=true` facts, procedural summaries).
+    AgentInferred,
+    /// The output of a tool the agent ran.
+    ToolResult,
+    /// Checked or written by a person.
+    HumanReviewed,
+    /// Loaded from another system (and memories stored before provenance existed).
+    Imported,
+}
+
+impl SourceType {
+    /// Every source type, in the order of the enum.
+    pub const ALL: [Self; 6] = [
+        Self::UserStated,
+        Self::AssistantStated,
+        Self::AgentInferred,
+        Self::ToolResult,
+        Self::HumanReviewed,
+        Self::Imported,
+    ];
+
+    /// The stored and serialised name (`user_stated`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::UserStated => "user_stated",
+            Self::AssistantStated => "assistant_stated",
+            Self::AgentInferred => "agent_inferred",
+            Self::ToolResult => "tool_result",
+            Self::HumanReviewed => "human_reviewed",
+            Self::Imported => "imported",
+        }
+    }
+
+    /// The source type named `name`, if there is one.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+
+    /// The confidence a memory of this source gets when nobody says otherwise: a person's word
+    /// over a tool's output over an import over what an assistant or a model wrote.
+    pub fn default_confidence(self) -> f32 {
+        match self {
+            Self::HumanReviewed => 1.0,
+            Self::UserStated => 0.9,
+            Self::ToolResult => 0.85,
+            Self::Imported => 0.8,
+            Self::AssistantStated | Self::AgentInferred => 0.7,
+        }
+    }
+}
+
+/// Where a memory came from and how far to trust it: first-class columns, filterable, returned
+/// with every memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provenance {
+    /// What kind of source said it.
+    pub source_type: SourceType,
+    /// Who said it (a person, agent or tool name), as the caller gives it or the message's `name`.
+    pub source_actor: Option<String>,
+    /// The credential that stored it (`key:<id>`, `jwt:<sub>`, `admin`, `local`): set by the
+    /// server from the request's credential, never from the body.
+    pub source_app: Option<String>,
+    /// The evidence: a caller's reference (a message, document or ticket id) or the buffered
+    /// messages an extracted fact came from (`messages:<batch id>`).
+    pub evidence_ref: Option<String>,
+    /// 0 to 1: the caller's, the model's (extraction), or the source type's default.
+    pub confidence: f32,
+}
+
+impl Default for Provenance {
+    fn default() -> Self {
+        Self::of(SourceType::Imported)
+    }
+}
+
+impl Provenance {
+    /// The confidence as stored: a double rounded to four decimals, so that a filter
+    /// `{"confidence": {"gte": 0.9}}` holds for a memory of confidence 0.9.
+    pub fn stored_confidence(&self) -> f64 {
+        (f64::from(self.confidence) * 10_000.0).round() / 10_000.0
+    }
+
+    /// Provenance of `source_type` with its default confidence and nothing else known.
+    pub fn of(source_type: SourceType) -> Self {
+        Self {
+            source_type,
+            source_actor: None,
+            source_app: None,
+            evidence_ref: None,
+            confidence: source_type.default_confidence(),
+        }
+    }
+}
+
 /// A memory as stored: text, owner, promoted attributes, caller metadata and its embedding.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoryRecord {
@@ -48,12 +151,15 @@ pub struct MemoryRecord {
     pub text_lemmatized: String,
     /// Unit-length embedding of `memory`.
     pub embedding: Vec<f32>,
+    /// Where it came from.
+    pub provenance: Provenance,
 }
 
 impl MemoryRecord {
     /// A new memory of `tenant` and `scope` saying `text`, created (and last changed) at `at`:
     /// a fresh id, the md5 hash and the analysed text computed, no metadata, expiration,
-    /// attribution, role, actor, type, links or entities (set those with struct update syntax).
+    /// attribution, role, actor, type, links or entities, provenance `imported` (set those with
+    /// struct update syntax).
     pub fn new(tenant: impl Into<String>, scope: Scope, text: String, embedding: Vec<f32>, at: DateTime<Utc>) -> Self {
         Self {
             id: Uuid::now_v7(),
@@ -73,6 +179,7 @@ impl MemoryRecord {
             linked_memory_ids: Vec::new(),
             entities: Vec::new(),
             embedding,
+            provenance: Provenance::default(),
         }
     }
 
@@ -135,6 +242,19 @@ pub struct MemoryItem {
     /// Named things the fact mentions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub entities: Vec<String>,
+    /// What kind of source said it.
+    pub source_type: SourceType,
+    /// Who said it (person, agent or tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_actor: Option<String>,
+    /// The credential that stored it (`key:<id>`, `jwt:<sub>`, `admin`, `local`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_app: Option<String>,
+    /// The evidence: a caller's reference, or `messages:<batch id>` for extracted facts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_ref: Option<String>,
+    /// 0 to 1.
+    pub confidence: f32,
     /// Similarity score, on search results only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f32>,
@@ -165,6 +285,11 @@ impl From<MemoryRecord> for MemoryItem {
             memory_type: record.memory_type,
             linked_memory_ids: record.linked_memory_ids,
             entities: record.entities,
+            source_type: record.provenance.source_type,
+            source_actor: record.provenance.source_actor,
+            source_app: record.provenance.source_app,
+            evidence_ref: record.provenance.evidence_ref,
+            confidence: record.provenance.confidence,
             score: None,
             rerank_score: None,
             explain: None,
@@ -300,6 +425,7 @@ mod tests {
             entities: Vec::new(),
             text_lemmatized: String::new(),
             embedding: vec![],
+            provenance: Provenance::default(),
         };
         assert!(!record.is_expired(today));
         record.expiration_date = today.pred_opt();

@@ -15,7 +15,7 @@ use mem0_core::store::{
     EntityHit, EntityLink, EntityProbe, KeywordIndex as _, MemoryRows as _, ScopedQuery, SqliteStore, VectorIndex as _,
     VectorStore, WriteSet,
 };
-use mem0_core::types::{memory_hash, MemoryRecord, Metadata};
+use mem0_core::types::{memory_hash, MemoryRecord, Metadata, Provenance, SourceType};
 use mem0_core::Error;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -51,6 +51,13 @@ fn record(tenant: &str, user: &str, text: &str, embedding: Vec<f32>, metadata: V
         entities: Vec::new(),
         text_lemmatized: String::new(),
         embedding,
+        provenance: Provenance {
+            source_type: SourceType::UserStated,
+            source_actor: Some(user.to_owned()),
+            source_app: Some("key:conformance".to_owned()),
+            evidence_ref: Some(format!("msg:{minutes}")),
+            confidence: 0.9,
+        },
     }
 }
 
@@ -233,6 +240,16 @@ async fn check_filters(store: &dyn VectorStore) {
         .map(|(text, metadata, minute)| record("t", "u", text, v.clone(), metadata.clone(), *minute))
         .collect();
     records[1].role = Some("assistant".into());
+    records[1].provenance = Provenance {
+        source_type: SourceType::AssistantStated,
+        source_actor: Some("helper-bot".into()),
+        confidence: 0.7,
+        ..Provenance::default()
+    };
+    records[2].provenance.source_type = SourceType::ToolResult;
+    records[2].provenance.confidence = 0.85;
+    records[3].provenance =
+        Provenance { source_type: SourceType::HumanReviewed, confidence: 1.0, ..Provenance::default() };
     insert(store, &records).await.expect("insert");
     insert(store, &[record("t", "other", "other user", v.clone(), json!({"n": 3}), 0)]).await.expect("insert");
     let cases = [
@@ -261,6 +278,15 @@ async fn check_filters(store: &dyn VectorStore) {
         (json!({"NOT": {"OR": [{"tag": "red"}, {"tag": "blue"}]}}), vec!["delta", "gamma"]),
         (json!({"AND": [{"n": 3}, {"n": 10}]}), vec![]),
         (json!({"user_id": "other"}), vec![]),
+        // Provenance columns: text and number, with stored confidences compared exactly.
+        (json!({"source_type": "tool_result"}), vec!["gamma"]),
+        (json!({"source_type": {"in": ["assistant_stated", "human_reviewed"]}}), vec!["beta", "delta"]),
+        (json!({"confidence": {"gte": 0.9}}), vec!["alpha", "delta"]),
+        (json!({"confidence": 0.85}), vec!["gamma"]),
+        (json!({"confidence": {"lt": 0.85}}), vec!["beta"]),
+        (json!({"source_actor": {"icontains": "BOT"}}), vec!["beta"]),
+        (json!({"source_app": "key:conformance"}), vec!["alpha", "gamma"]),
+        (json!({"evidence_ref": "msg:0"}), vec!["alpha"]),
     ];
     for (filter, expected) in cases {
         let query = query("t", "u", Some(filter.clone()));

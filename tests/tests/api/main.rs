@@ -15,6 +15,7 @@ mod openapi;
 mod pagination;
 mod pgvector;
 mod policy;
+mod provenance;
 mod reindex;
 mod replicas;
 mod rerank;

@@ -8,7 +8,7 @@ use mem0_core::history::HistoryStore;
 use mem0_core::memory::SearchMode;
 use mem0_core::scope::Scope;
 use mem0_core::store::{MemoryRows as _, SqliteStore, WriteSet};
-use mem0_core::types::{memory_hash, MemoryRecord, Metadata};
+use mem0_core::types::{memory_hash, MemoryRecord, Metadata, Provenance};
 use mem0_core::{Caller, Memory, SearchRequest};
 use mem0_http_tests::local_embedder;
 use uuid::Uuid;
@@ -46,6 +46,7 @@ async fn old_rows_get_keyword_postings_and_entity_links() {
             entities: Vec::new(),
             text_lemmatized: String::new(),
             embedding,
+            provenance: Provenance::default(),
         })
         .collect();
     store.apply(&WriteSet::insert(&old)).await.expect("insert old rows");

@@ -533,7 +533,7 @@ async fn audit_trail_names_the_credential_and_stays_in_its_tenant() {
     call(server, &world.globex_writer, Method::GET, &path, None).await.assert_error(404, "memory_not_found");
     // A body naming another principal changes nothing.
     let forged = json!({"messages": [{"role": "user", "content": "alice naps at noon"}], "user_id": "alice",
-        "infer": false, "principal_id": "admin", "metadata": {"principal_id": "admin"}});
+        "infer": false, "principal_id": "admin", "source_app": "admin", "metadata": {"principal_id": "admin"}});
     let added = call(server, &world.alice_writer, Method::POST, "/memories", Some(forged)).await;
     assert_eq!(added.status, 200, "{}", added.body);
     server.flush_audit().await;
@@ -555,6 +555,8 @@ async fn audit_trail_names_the_credential_and_stays_in_its_tenant() {
         trail.body
     );
     let new_id = added.body["results"][0]["id"].as_str().expect("id");
+    let stored = call(server, &world.alice_writer, Method::GET, &format!("/memories/{new_id}"), None).await;
+    assert_eq!(stored.body["source_app"], alice_principal.as_str(), "provenance from the credential: {}", stored.body);
     let forged_trail = call(server, &world.acme_admin, Method::GET, &format!("/audit?memory_id={new_id}"), None).await;
     assert_eq!(forged_trail.body["results"][0]["principal_id"], alice_principal.as_str(), "{}", forged_trail.body);
 

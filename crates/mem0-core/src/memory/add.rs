@@ -20,7 +20,7 @@ use crate::providers::llm::{ChatMessage, Llm, LlmRequest, LlmResponse};
 use crate::scope::{Caller, Role, Scope};
 use crate::store::EntityLink;
 use crate::text;
-use crate::types::{memory_hash, HistoryEvent, MemoryRecord, Message, Metadata};
+use crate::types::{memory_hash, HistoryEvent, MemoryRecord, Message, Metadata, SourceType};
 
 impl Memory {
     /// Stores memories from a conversation: verbatim (`infer=false`), as facts extracted by the
@@ -76,6 +76,7 @@ impl Memory {
             }
             text::reject_nul("prompt", prompt)?;
         }
+        request.source.validate()?;
         let metadata = sanitize_metadata(request.metadata.clone())?;
         let outcome = if request.memory_type.is_some() {
             if request.scope.agent_id.is_none() {
@@ -125,6 +126,13 @@ impl Memory {
                 role: Some(message.role.clone()),
                 actor_id: message.name.clone(),
                 entities,
+                provenance: request.source.provenance(
+                    caller,
+                    if message.role == "assistant" { SourceType::AssistantStated } else { SourceType::UserStated },
+                    message.name.as_deref(),
+                    None,
+                    None,
+                ),
                 ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), text, embedding, created_at)
             })
             .collect();
@@ -209,6 +217,7 @@ impl Memory {
         };
         let texts: Vec<String> = kept.iter().map(|fact| fact.text.clone()).collect();
         let names: Vec<Vec<String>> = kept.iter().map(|fact| entities::clean(fact.entities.clone())).collect();
+        let evidence = format!("messages:{}", buffered.id);
         let (embeddings, name_vectors) = self.embed_with_entities(&texts, &names).await?;
         let records: Vec<MemoryRecord> = kept
             .into_iter()
@@ -220,6 +229,13 @@ impl Memory {
                 attributed_to: fact.attributed_to.clone(),
                 linked_memory_ids: linked_ids(&fact.linked_ids, &existing),
                 entities,
+                provenance: request.source.provenance(
+                    caller,
+                    SourceType::AgentInferred,
+                    None,
+                    Some(&evidence),
+                    fact.confidence,
+                ),
                 ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), fact.text, embedding, observed_at)
             })
             .collect();
@@ -350,6 +366,7 @@ impl Memory {
             metadata,
             expiration_date: request.expiration_date,
             memory_type: Some("procedural_memory".to_owned()),
+            provenance: request.source.provenance(caller, SourceType::AgentInferred, None, None, None),
             ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), summary, embedding, observed_at)
         };
         let records = vec![record];

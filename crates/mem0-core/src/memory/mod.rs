@@ -30,7 +30,7 @@ pub use self::limits::{
 };
 pub use self::requests::{
     AddOutcome, AddRequest, AddedMemory, ExtractionSettings, ListPage, ListRequest, SearchMode, SearchOutcome,
-    SearchRequest, UpdateRequest,
+    SearchRequest, SourceInput, UpdateRequest,
 };
 pub use self::writes::FailPoint;
 use crate::error::{Error, Result};

@@ -7,7 +7,73 @@ use uuid::Uuid;
 use crate::filter::Filter;
 use crate::providers::llm::TokenUsage;
 use crate::scope::Scope;
-use crate::types::{HistoryEvent, MemoryItem, Message, Metadata};
+use crate::types::{HistoryEvent, MemoryItem, Message, Metadata, Provenance, SourceType};
+
+/// The provenance a caller may give its memories; the rest (`source_app`) comes from the
+/// credential. Unset fields get defaults: the source type by path (a verbatim message by its role,
+/// an extracted fact or summary `agent_inferred`), the actor from the message's `name`, the
+/// evidence of extracted facts from their buffered messages, the confidence from the model
+/// (extraction) or the source type.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SourceInput {
+    /// What kind of source said it.
+    pub source_type: Option<SourceType>,
+    /// Who said it.
+    pub source_actor: Option<String>,
+    /// A reference to the evidence (message, document, ticket id).
+    pub evidence_ref: Option<String>,
+    /// 0 to 1.
+    pub confidence: Option<f32>,
+}
+
+impl SourceInput {
+    /// The provenance of a memory stored by `caller`, given the path's defaults.
+    pub(crate) fn provenance(
+        &self,
+        caller: &crate::scope::Caller,
+        default_type: SourceType,
+        default_actor: Option<&str>,
+        default_evidence: Option<&str>,
+        default_confidence: Option<f32>,
+    ) -> Provenance {
+        let source_type = self.source_type.unwrap_or(default_type);
+        Provenance {
+            source_type,
+            source_actor: self.source_actor.clone().or_else(|| default_actor.map(str::to_owned)),
+            source_app: Some(caller.principal_id.clone()),
+            evidence_ref: self.evidence_ref.clone().or_else(|| default_evidence.map(str::to_owned)),
+            confidence: self.confidence.or(default_confidence).unwrap_or_else(|| source_type.default_confidence()),
+        }
+    }
+
+    /// True when no field is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Checks the caller's values: confidence within 0–1, names and references short and without
+    /// U+0000.
+    pub(crate) fn validate(&self) -> crate::error::Result<()> {
+        use crate::error::Error;
+        if let Some(confidence) = self.confidence {
+            if !(0.0..=1.0).contains(&confidence) {
+                return Err(Error::validation("confidence", "must be between 0 and 1"));
+            }
+        }
+        for (field, value) in [("source_actor", &self.source_actor), ("evidence_ref", &self.evidence_ref)] {
+            if let Some(value) = value {
+                crate::text::reject_nul(field, value)?;
+                if value.trim().is_empty() {
+                    return Err(Error::validation(field, "cannot be empty"));
+                }
+                if value.len() > super::limits::MAX_NAME_BYTES {
+                    return Err(Error::validation(field, format!("at most {} bytes", super::limits::MAX_NAME_BYTES)));
+                }
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Input of [`Memory::add`].
 #[derive(Debug, Clone, Default)]
@@ -28,6 +94,8 @@ pub struct AddRequest {
     pub prompt: Option<String>,
     /// When the conversation happened (backfilling); defaults to now.
     pub timestamp: Option<DateTime<Utc>>,
+    /// Provenance the caller gives the new memories.
+    pub source: SourceInput,
 }
 
 /// One memory created by [`Memory::add`].
@@ -187,4 +255,7 @@ pub struct UpdateRequest {
     pub metadata: Option<Metadata>,
     /// `Some(None)` clears the expiration, `Some(Some(d))` sets it.
     pub expiration_date: Option<Option<NaiveDate>>,
+    /// Provenance to change (`source_type`, `source_actor`, `evidence_ref`, `confidence`); the
+    /// credential of the update becomes `source_app` when any is given.
+    pub source: SourceInput,
 }

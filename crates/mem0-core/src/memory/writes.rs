@@ -223,12 +223,18 @@ impl Memory {
     #[instrument(skip_all, fields(tenant = %caller.tenant, memory_id = %id))]
     pub async fn update(&self, caller: &Caller, id: Uuid, request: UpdateRequest) -> Result<MemoryItem> {
         caller.require(Role::Write)?;
-        if request.text.is_none() && request.metadata.is_none() && request.expiration_date.is_none() {
+        if request.text.is_none()
+            && request.metadata.is_none()
+            && request.expiration_date.is_none()
+            && request.source.is_empty()
+        {
             return Err(Error::validation(
                 "text",
-                "at least one of text, metadata or expiration_date must be provided",
+                "at least one of text, metadata, expiration_date, source_type, source_actor, evidence_ref or \
+                 confidence must be provided",
             ));
         }
+        request.source.validate()?;
         let new_text = request.text.as_deref().map(str::trim).map(str::to_owned);
         if let Some(new_text) = &new_text {
             text::reject_nul("text", new_text)?;
@@ -264,6 +270,26 @@ impl Memory {
         }
         if let Some(expiration) = request.expiration_date {
             updated.expiration_date = expiration;
+        }
+        if !request.source.is_empty() {
+            // A new source type without a confidence gets that type's default (a fact a person
+            // reviewed is `human_reviewed` at 1.0); the credential of the change becomes the app.
+            let source = &request.source;
+            let provenance = &mut updated.provenance;
+            if let Some(source_type) = source.source_type {
+                provenance.source_type = source_type;
+                provenance.confidence = source_type.default_confidence();
+            }
+            if let Some(actor) = &source.source_actor {
+                provenance.source_actor = Some(actor.clone());
+            }
+            if let Some(evidence) = &source.evidence_ref {
+                provenance.evidence_ref = Some(evidence.clone());
+            }
+            if let Some(confidence) = source.confidence {
+                provenance.confidence = confidence;
+            }
+            provenance.source_app = Some(caller.principal_id.clone());
         }
         let now = stored_now();
         updated.updated_at = now;

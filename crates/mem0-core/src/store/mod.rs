@@ -503,6 +503,19 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+/// The provenance of a stored row, from its columns (both stores store the same values).
+pub(crate) fn provenance(
+    source_type: String,
+    source_actor: Option<String>,
+    source_app: Option<String>,
+    evidence_ref: Option<String>,
+    confidence: f64,
+) -> crate::error::Result<crate::types::Provenance> {
+    let source_type = crate::types::SourceType::parse(&source_type)
+        .ok_or_else(|| crate::error::Error::Internal(format!("stored source_type {source_type:?} is unknown")))?;
+    Ok(crate::types::Provenance { source_type, source_actor, source_app, evidence_ref, confidence: confidence as f32 })
+}
+
 /// Number of whitespace-separated terms of an analysed text.
 pub fn doc_len(text_lemmatized: &str) -> u32 {
     u32::try_from(text_lemmatized.split_whitespace().count()).unwrap_or(u32::MAX)

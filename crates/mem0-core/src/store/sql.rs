@@ -308,7 +308,7 @@ fn condition_sql<D: Dialect>(condition: &Condition, clause: &mut Clause<D>) {
                     let value_key = clause.parameter(bound);
                     (guard, clause.dialect.metadata_value(&value_key, JsonKind::Text))
                 }
-                Field::Time(_) => {
+                Field::Time(_) | Field::Number(_) => {
                     clause.push(never);
                     return;
                 }
@@ -351,6 +351,10 @@ fn compare<D: Dialect>(field: &Field, symbol: &str, value: &Scalar, clause: &mut
             clause.push(&format!("{} {symbol} ", time.column()));
             let at = clause.dialect.time(*at);
             clause.bind(at);
+        }
+        (Field::Number(number), Scalar::Number(value)) => {
+            clause.push(&format!("{} {symbol} ", number.column()));
+            clause.bind(Bind::Float(*value));
         }
         (Field::Metadata(key), scalar) => {
             let bound = clause.dialect.metadata_key(key);

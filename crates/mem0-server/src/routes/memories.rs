@@ -3,7 +3,8 @@
 use axum::extract::State;
 use chrono::{DateTime, NaiveDate, Utc};
 use mem0_core::filter::parse_filter;
-use mem0_core::memory::{AddRequest, ListRequest, UpdateRequest, DEFAULT_PAGE_SIZE};
+use mem0_core::memory::{AddRequest, ListRequest, SourceInput, UpdateRequest, DEFAULT_PAGE_SIZE};
+use mem0_core::types::SourceType;
 use mem0_core::{AddedMemory, HistoryRecord, MemoryItem, Message};
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -100,6 +101,25 @@ pub struct AddMemoriesRequest {
     #[serde(default)]
     #[schema(value_type = Option<TimestampInput>, example = "2024-05-01T10:00:00Z")]
     pub timestamp: Option<serde_json::Value>,
+    /// Provenance: what kind of source said it. Default: a verbatim message by its role
+    /// (`user_stated`, `assistant_stated`), extracted facts and summaries `agent_inferred`.
+    #[serde(default)]
+    pub source_type: Option<SourceType>,
+    /// Provenance: who said it (a person, agent or tool name; at most 256 bytes). Default: the
+    /// message's `name`.
+    #[serde(default)]
+    #[schema(example = "weather-api")]
+    pub source_actor: Option<String>,
+    /// Provenance: a reference to the evidence (message, document or ticket id; at most 256
+    /// bytes). Default for extracted facts: `messages:<batch id>` of their buffered messages.
+    #[serde(default)]
+    #[schema(example = "ticket:4711")]
+    pub evidence_ref: Option<String>,
+    /// Provenance: how sure, 0 to 1. Default: the model's (extraction), else by source type
+    /// (`human_reviewed` 1.0, `user_stated` 0.9, `tool_result` 0.85, `imported` 0.8, others 0.7).
+    #[serde(default)]
+    #[schema(minimum = 0.0, maximum = 1.0, example = 0.95)]
+    pub confidence: Option<f32>,
 }
 
 /// Response of `POST /memories`.
@@ -164,6 +184,21 @@ pub struct UpdateMemoryRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>, format = Date)]
     pub expiration_date: Option<Option<String>>,
+    /// Provenance: a new source type (`human_reviewed` once a person checked it); without
+    /// `confidence` the memory gets that type's default. Any provenance change makes the
+    /// caller's credential the memory's `source_app`.
+    #[serde(default)]
+    pub source_type: Option<SourceType>,
+    /// Provenance: who said it (at most 256 bytes).
+    #[serde(default)]
+    pub source_actor: Option<String>,
+    /// Provenance: a reference to the evidence (at most 256 bytes).
+    #[serde(default)]
+    pub evidence_ref: Option<String>,
+    /// Provenance: how sure, 0 to 1.
+    #[serde(default)]
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub confidence: Option<f32>,
 }
 
 /// Response of `PUT /memories/{memory_id}`.
@@ -267,6 +302,12 @@ pub async fn add_memories(
         memory_type: body.memory_type,
         prompt: body.prompt,
         timestamp,
+        source: SourceInput {
+            source_type: body.source_type,
+            source_actor: body.source_actor,
+            evidence_ref: body.evidence_ref,
+            confidence: body.confidence,
+        },
     };
     let outcome = state.memory().add(&caller, request).await?;
     Ok(AppJson(AddMemoriesResponse { results: outcome.results, warnings: outcome.warnings }))
@@ -406,7 +447,13 @@ pub async fn update_memory(
         Some(None) => Some(None),
         Some(Some(raw)) => Some(Some(parse_date("expiration_date", &raw)?)),
     };
-    let request = UpdateRequest { text: body.text, metadata: body.metadata, expiration_date };
+    let source = SourceInput {
+        source_type: body.source_type,
+        source_actor: body.source_actor,
+        evidence_ref: body.evidence_ref,
+        confidence: body.confidence,
+    };
+    let request = UpdateRequest { text: body.text, metadata: body.metadata, expiration_date, source };
     let updated = state.memory().update(&caller, id, request).await?;
     Ok(AppJson(UpdateMemoryResponse { message: "Memory updated successfully!".to_owned(), result: updated }))
 }

@@ -9,6 +9,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::scope::Scope;
 use crate::store::doc_len;
+use crate::store::provenance;
 use crate::types::{MemoryRecord, Metadata};
 
 /// Appends one row of `COPY ... (format text)` for `record`, columns as in [`COLUMNS`].
@@ -40,7 +41,7 @@ pub(super) fn copy_row(out: &mut String, record: &MemoryRecord) {
     };
     let linked: Vec<String> = record.linked_memory_ids.iter().map(Uuid::to_string).collect();
     let vector: Vec<String> = record.embedding.iter().map(f32::to_string).collect();
-    let fields: [Option<String>; 20] = [
+    let fields: [Option<String>; 25] = [
         Some(record.id.to_string()),
         Some(record.tenant.clone()),
         record.scope.user_id.clone(),
@@ -61,6 +62,11 @@ pub(super) fn copy_row(out: &mut String, record: &MemoryRecord) {
         Some(record.text_lemmatized.clone()),
         Some(doc_len(&record.text_lemmatized).to_string()),
         Some(format!("[{}]", vector.join(","))),
+        Some(record.provenance.source_type.as_str().to_owned()),
+        record.provenance.source_actor.clone(),
+        record.provenance.source_app.clone(),
+        record.provenance.evidence_ref.clone(),
+        Some(record.provenance.stored_confidence().to_string()),
     ];
     for (index, field) in fields.iter().enumerate() {
         if index > 0 {
@@ -99,5 +105,12 @@ pub(super) fn row_to_record(row: &PgRow) -> Result<MemoryRecord> {
         entities: row.try_get("entities")?,
         text_lemmatized: row.try_get("text_lemmatized")?,
         embedding: embedding.to_vec(),
+        provenance: provenance(
+            row.try_get("source_type")?,
+            row.try_get("source_actor")?,
+            row.try_get("source_app")?,
+            row.try_get("evidence_ref")?,
+            row.try_get("confidence")?,
+        )?,
     })
 }

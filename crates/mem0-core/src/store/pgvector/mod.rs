@@ -39,7 +39,8 @@ pub const DEFAULT_EXACT_SEARCH_MAX_ROWS: i64 = 20_000;
 pub(super) const COLUMNS: &str =
     "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
                        expiration_date, attributed_to, role, actor_id, memory_type, linked_memory_ids, entities, \
-                       text_lemmatized, doc_len, embedding";
+                       text_lemmatized, doc_len, embedding, source_type, source_actor, source_app, evidence_ref, \
+                       confidence";
 
 /// Settings of the Postgres store.
 #[derive(Debug, Clone, serde::Deserialize)]

@@ -151,7 +151,7 @@ pub(super) async fn apply_in(executor: &mut sqlx::PgConnection, write: &WriteSet
 
 /// Multi-row inserts: one round trip per 500 rows.
 pub(super) async fn insert_rows(executor: &mut sqlx::PgConnection, records: &[MemoryRecord]) -> Result<()> {
-    const COLUMN_COUNT: usize = 20;
+    const COLUMN_COUNT: usize = 25;
     for chunk in records.chunks(500) {
         let rows: Vec<String> = (0..chunk.len())
             .map(|row| {
@@ -183,7 +183,12 @@ pub(super) async fn insert_rows(executor: &mut sqlx::PgConnection, records: &[Me
                 .bind(&record.entities)
                 .bind(&record.text_lemmatized)
                 .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
-                .bind(Vector::from(record.embedding.clone()));
+                .bind(Vector::from(record.embedding.clone()))
+                .bind(record.provenance.source_type.as_str())
+                .bind(&record.provenance.source_actor)
+                .bind(&record.provenance.source_app)
+                .bind(&record.provenance.evidence_ref)
+                .bind(record.provenance.stored_confidence());
         }
         query.execute(&mut *executor).await?;
     }
@@ -193,7 +198,8 @@ pub(super) async fn insert_rows(executor: &mut sqlx::PgConnection, records: &[Me
 pub(super) async fn update_one(executor: &mut sqlx::PgConnection, record: &MemoryRecord) -> Result<()> {
     sqlx::query(
         "update memories set memory = $1, hash = $2, metadata = $3, created_at = $4, updated_at = $5, \
-         expiration_date = $6, embedding = $7, text_lemmatized = $10, doc_len = $11, entities = $12 \
+         expiration_date = $6, embedding = $7, text_lemmatized = $10, doc_len = $11, entities = $12, \
+         source_type = $13, source_actor = $14, source_app = $15, evidence_ref = $16, confidence = $17 \
          where tenant = $8 and id = $9",
     )
     .bind(&record.memory)
@@ -208,6 +214,11 @@ pub(super) async fn update_one(executor: &mut sqlx::PgConnection, record: &Memor
     .bind(&record.text_lemmatized)
     .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
     .bind(&record.entities)
+    .bind(record.provenance.source_type.as_str())
+    .bind(&record.provenance.source_actor)
+    .bind(&record.provenance.source_app)
+    .bind(&record.provenance.evidence_ref)
+    .bind(record.provenance.stored_confidence())
     .execute(&mut *executor)
     .await?;
     Ok(())

@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::scope::Scope;
+use crate::store::provenance;
 use crate::types::{MemoryRecord, Metadata};
 
 pub(super) fn encode_embedding(vector: &[f32]) -> Vec<u8> {
@@ -63,5 +64,12 @@ pub(super) fn row_to_record(row: &SqliteRow) -> Result<MemoryRecord> {
             .map_err(|error| Error::Internal(format!("stored entities of {id}: {error}")))?,
         text_lemmatized,
         embedding: decode_embedding(&embedding),
+        provenance: provenance(
+            row.try_get("source_type")?,
+            row.try_get("source_actor")?,
+            row.try_get("source_app")?,
+            row.try_get("evidence_ref")?,
+            row.try_get("confidence")?,
+        )?,
     })
 }

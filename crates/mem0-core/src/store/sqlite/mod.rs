@@ -45,7 +45,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/
 /// The memory columns, in the order of every insert and select.
 const COLUMNS: &str = "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
                        expiration_date, attributed_to, role, actor_id, memory_type, linked_memory_ids, entities, \
-                       text_lemmatized, doc_len, embedding";
+                       text_lemmatized, doc_len, embedding, source_type, source_actor, source_app, evidence_ref, \
+                       confidence";
 
 /// Default number of embeddings kept in memory (about 150 MB at 384 dimensions).
 pub const DEFAULT_VECTOR_CACHE_ENTRIES: usize = 100_000;

@@ -87,7 +87,7 @@ pub(super) async fn scope_entities(
 pub(super) async fn insert_one(executor: &mut sqlx::SqliteConnection, record: &MemoryRecord) -> Result<()> {
     let metadata = serde_json::Value::Object(record.metadata.clone()).to_string();
     sqlx::query(&format!(
-        "insert into memories ({COLUMNS}) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        "insert into memories ({COLUMNS}) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     ))
     .bind(record.id.to_string())
     .bind(&record.tenant)
@@ -109,6 +109,11 @@ pub(super) async fn insert_one(executor: &mut sqlx::SqliteConnection, record: &M
     .bind(&record.text_lemmatized)
     .bind(doc_len(&record.text_lemmatized))
     .bind(encode_embedding(&record.embedding))
+    .bind(record.provenance.source_type.as_str())
+    .bind(&record.provenance.source_actor)
+    .bind(&record.provenance.source_app)
+    .bind(&record.provenance.evidence_ref)
+    .bind(record.provenance.stored_confidence())
     .execute(&mut *executor)
     .await?;
     write_terms(executor, record).await
@@ -275,8 +280,8 @@ pub(super) async fn update_one(executor: &mut sqlx::SqliteConnection, record: &M
     let metadata = serde_json::Value::Object(record.metadata.clone()).to_string();
     sqlx::query(
         "update memories set memory = ?, hash = ?, metadata = ?, created_at = ?, updated_at = ?, \
-         expiration_date = ?, text_lemmatized = ?, doc_len = ?, entities = ?, embedding = ? \
-         where tenant = ? and id = ?",
+         expiration_date = ?, text_lemmatized = ?, doc_len = ?, entities = ?, embedding = ?, source_type = ?, \
+         source_actor = ?, source_app = ?, evidence_ref = ?, confidence = ? where tenant = ? and id = ?",
     )
     .bind(&record.memory)
     .bind(&record.hash)
@@ -288,6 +293,11 @@ pub(super) async fn update_one(executor: &mut sqlx::SqliteConnection, record: &M
     .bind(doc_len(&record.text_lemmatized))
     .bind(serde_json::to_string(&record.entities).unwrap_or_else(|_| "[]".to_owned()))
     .bind(encode_embedding(&record.embedding))
+    .bind(record.provenance.source_type.as_str())
+    .bind(&record.provenance.source_actor)
+    .bind(&record.provenance.source_app)
+    .bind(&record.provenance.evidence_ref)
+    .bind(record.provenance.stored_confidence())
     .bind(&record.tenant)
     .bind(record.id.to_string())
     .execute(&mut *executor)
