@@ -11,7 +11,7 @@ use chrono::{NaiveDate, Utc};
 use mem0_core::providers::embedder::{Embedder, LocalEmbedder};
 use mem0_core::scope::Scope;
 use mem0_core::store::{MemoryRows as _, ScopedQuery, SqliteStore, VectorIndex as _, WriteSet};
-use mem0_core::types::{memory_hash, MemoryRecord, Metadata, Provenance};
+use mem0_core::types::{memory_hash, MemoryRecord, Metadata, Provenance, StateInfo};
 use uuid::Uuid;
 
 const DIM: usize = 384;
@@ -72,6 +72,7 @@ fn memory(tenant: &str, user: &str, index: usize, embedding: Vec<f32>) -> Memory
         text_lemmatized: String::new(),
         embedding,
         provenance: Provenance::default(),
+        state: StateInfo::default(),
     }
 }
 
@@ -130,6 +131,7 @@ async fn bench_store(n: usize) {
         scope: Scope { user_id: Some("target".into()), agent_id: None, run_id: None },
         filter: None,
         show_expired: false,
+        include_superseded: false,
         today: NaiveDate::from_ymd_opt(2026, 1, 1).expect("date"),
     };
     let mut timings = Vec::new();

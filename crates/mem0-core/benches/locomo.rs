@@ -351,6 +351,7 @@ async fn run_mode(
             top_k: TOP_K,
             threshold: threshold(),
             show_expired: true,
+            include_superseded: false,
             mode,
             explain: false,
             rerank: false,

@@ -137,6 +137,7 @@ fn search_request(user: &str, query: String, mode: SearchMode) -> SearchRequest 
         top_k: 10,
         threshold: 0.0,
         show_expired: false,
+        include_superseded: false,
         mode,
         explain: false,
         rerank: false,

@@ -250,6 +250,7 @@ async fn run_cell(
             top_k: 10,
             threshold: 0.0,
             show_expired: false,
+            include_superseded: false,
             mode,
             explain: false,
             rerank: false,

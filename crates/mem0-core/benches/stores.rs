@@ -15,7 +15,7 @@ use mem0_core::scope::Scope;
 use mem0_core::store::{
     PgVectorConfig, PgVectorStore, ScopedQuery, SqliteStore, VectorIndex as _, VectorStore, WriteSet,
 };
-use mem0_core::types::{memory_hash, MemoryRecord, Metadata, Provenance};
+use mem0_core::types::{memory_hash, MemoryRecord, Metadata, Provenance, StateInfo};
 use uuid::Uuid;
 
 const DIM: usize = 384;
@@ -98,6 +98,7 @@ fn dataset(n: usize) -> Dataset {
                         text_lemmatized: String::new(),
                         embedding: clustered(&mut rng, &centres, 0.08),
                         provenance: Provenance::default(),
+                        state: StateInfo::default(),
                     }
                 })
                 .collect();
@@ -132,6 +133,7 @@ async fn measure(name: &str, store: &dyn VectorStore, data: &Dataset) {
             scope: Scope { user_id: Some(user.clone()), agent_id: None, run_id: None },
             filter: None,
             show_expired: false,
+            include_superseded: false,
             today: NaiveDate::from_ymd_opt(2026, 1, 1).expect("date"),
         };
         let mut timings = Vec::with_capacity(data.queries.len());

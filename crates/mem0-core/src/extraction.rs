@@ -26,16 +26,17 @@ Rules:
 7. Write every fact in the language of the conversation. Never translate.
 8. entities: the specific people, places, organisations, products, projects, pets and other named things in the fact, spelled as in the fact. Not generic words such as "User", "friend" or "food".
 9. Never write down secrets or identifying numbers: passwords, API keys, tokens, private keys, payment card numbers, government ids. At most note that the user has one ("User has a company credit card"), never its value.
+10. state_key: when a fact is the current value of something that changes over time (where someone lives, their job, a preference, a project setting), give it a short dotted key such as "user.home_city", "user.employer" or "project.test_command". An Existing Memory shown as {key} text holds that key: reuse the key for a newer value of the same thing. Leave it out for events and other facts that do not replace each other.
 
 Answer with one JSON object and nothing else:
-{"facts": [{"text": "...", "attributed_to": "user", "linked_memory_ids": ["2"], "entities": ["..."], "confidence": 0.9}]}
+{"facts": [{"text": "...", "attributed_to": "user", "linked_memory_ids": ["2"], "entities": ["..."], "confidence": 0.9, "state_key": "user.home_city"}]}
 attributed_to is "user" or "assistant": whose message the fact comes from. confidence (0 to 1): 0.9 for what was said plainly, lower for hedged, joking or uncertain statements. With nothing worth remembering, answer {"facts": []}.
 
 Example. Observation Date 2026-05-04 (Monday), no existing memories, new messages:
 user: My brother Tom starts at Google next week. I'm flying out to see him on Friday.
 assistant: Exciting! Want hotel suggestions near his place?
 Answer:
-{"facts": [{"text": "User's brother Tom starts a job at Google in the week of 2026-05-11", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom", "Google"], "confidence": 0.9}, {"text": "User is flying to visit their brother Tom on 2026-05-08", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom"], "confidence": 0.9}]}"#;
+{"facts": [{"text": "User's brother Tom starts a job at Google in the week of 2026-05-11", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom", "Google"], "confidence": 0.9, "state_key": "tom.employer"}, {"text": "User is flying to visit their brother Tom on 2026-05-08", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom"], "confidence": 0.9}]}"#;
 
 /// Appended to the system prompt when the memories belong to an agent and no user.
 pub const AGENT_SUFFIX: &str = "\n\nThese memories belong to the agent, not to a user: write each fact as what the agent learned, was told or decided (\"Agent was told the deploy window is Friday 18:00 UTC\").";
@@ -156,6 +157,8 @@ pub struct ExtractedFact {
     pub entities: Vec<String>,
     /// How sure the model is that the fact is true and current (0–1), when given and valid.
     pub confidence: Option<f32>,
+    /// The attribute the fact is a current value of (`user.home_city`), when given and valid.
+    pub state_key: Option<String>,
 }
 
 /// Reads the facts out of a model reply. Accepts `{"facts": [...]}`, `{"memory": [...]}`,
@@ -218,12 +221,18 @@ fn fact_from(item: &Value) -> Option<ExtractedFact> {
         .and_then(Value::as_f64)
         .filter(|confidence| (0.0..=1.0).contains(confidence))
         .map(|confidence| confidence as f32);
+    let state_key = object
+        .and_then(|object| object.get("state_key"))
+        .and_then(Value::as_str)
+        .map(|key| key.trim().to_lowercase())
+        .filter(|key| crate::state::check_key(key).is_ok());
     Some(ExtractedFact {
         text,
         attributed_to,
         linked_ids: strings("linked_memory_ids"),
         entities: strings("entities"),
         confidence,
+        state_key,
     })
 }
 
@@ -387,10 +396,13 @@ mod tests {
             {"text": "Maria works at Siemens", "attributed_to": "USER", "linked_memory_ids": ["2", 3, ""], "entities": ["Maria", " Siemens "], "confidence": 0.6},
             {"text": "  ", "attributed_to": "user"},
             {"text": "User was recommended Kyoto", "attributed_to": "robot", "confidence": 7},
-            {"text": "User may move to Oslo", "confidence": "likely"}
+            {"text": "User may move to Oslo", "confidence": "likely", "state_key": "User.Home_City"},
+            {"text": "User likes tea", "state_key": "not a key"}
         ]}"#;
         let facts = parse_facts(reply).expect("parses");
-        assert_eq!(facts.len(), 3);
+        assert_eq!(facts.len(), 4);
+        assert_eq!(facts[2].state_key.as_deref(), Some("user.home_city"), "keys are lower-cased");
+        assert_eq!((&facts[0].state_key, &facts[3].state_key), (&None, &None), "absent or invalid");
         assert_eq!(facts[0].confidence, Some(0.6));
         assert_eq!((facts[1].confidence, facts[2].confidence), (None, None), "out of range or not a number");
         assert_eq!(facts[0].attributed_to.as_deref(), Some("user"));

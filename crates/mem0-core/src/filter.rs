@@ -83,6 +83,10 @@ pub enum TextField {
     SourceApp,
     /// `evidence_ref`.
     EvidenceRef,
+    /// `state_key`.
+    StateKey,
+    /// `status`.
+    Status,
 }
 
 impl TextField {
@@ -101,6 +105,8 @@ impl TextField {
             Self::SourceActor => "source_actor",
             Self::SourceApp => "source_app",
             Self::EvidenceRef => "evidence_ref",
+            Self::StateKey => "state_key",
+            Self::Status => "status",
         }
     }
 }
@@ -353,6 +359,8 @@ fn parse_field_name(key: &str) -> Result<Field> {
         "source_actor" => Field::Text(TextField::SourceActor),
         "source_app" => Field::Text(TextField::SourceApp),
         "evidence_ref" => Field::Text(TextField::EvidenceRef),
+        "state_key" => Field::Text(TextField::StateKey),
+        "status" => Field::Text(TextField::Status),
         "confidence" => Field::Number(NumberField::Confidence),
         "created_at" => Field::Time(TimeField::CreatedAt),
         "updated_at" => Field::Time(TimeField::UpdatedAt),

@@ -20,6 +20,7 @@ pub mod policy;
 pub mod providers;
 pub mod retrieval;
 pub mod scope;
+pub mod state;
 pub mod store;
 pub mod text;
 pub mod types;

@@ -71,6 +71,68 @@ impl SourceType {
     }
 }
 
+/// Whether a memory is current truth.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryStatus {
+    /// Current (the default; also every memory without a state key).
+    #[default]
+    Active,
+    /// A newer memory with the same state key and scope replaced it (`superseded_by`,
+    /// `valid_to`); hidden from search and listing unless `include_superseded`.
+    Superseded,
+    /// Another memory with the same state key has the same event time from a different source:
+    /// both are kept visible, flagged, ordered by confidence and source.
+    Conflict,
+    /// Set by a person: current whatever arrives later with the same key.
+    Pinned,
+    /// Set by a person: no longer true; hidden like a superseded memory.
+    Retired,
+}
+
+impl MemoryStatus {
+    /// Every status, in the order of the enum.
+    pub const ALL: [Self; 5] = [Self::Active, Self::Superseded, Self::Conflict, Self::Pinned, Self::Retired];
+
+    /// The stored and serialised name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Superseded => "superseded",
+            Self::Conflict => "conflict",
+            Self::Pinned => "pinned",
+            Self::Retired => "retired",
+        }
+    }
+
+    /// The status named `name`, if there is one.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| status.as_str() == name)
+    }
+
+    /// True for the statuses search and listing hide by default.
+    pub fn is_hidden(self) -> bool {
+        matches!(self, Self::Superseded | Self::Retired)
+    }
+}
+
+/// Where a memory stands among the memories of its state key (see [`crate::state`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StateInfo {
+    /// The attribute the memory is a value of (`user.home_city`), if any.
+    pub state_key: Option<String>,
+    /// Current, superseded, in conflict, pinned or retired.
+    pub status: MemoryStatus,
+    /// The memory that replaced it.
+    pub superseded_by: Option<Uuid>,
+    /// When it stopped being true (the event time of its successor).
+    pub valid_to: Option<DateTime<Utc>>,
+    /// When what it says happened or began, if known (otherwise its observation time,
+    /// `created_at`, orders it).
+    pub event_time: Option<DateTime<Utc>>,
+}
+
 /// Where a memory came from and how far to trust it: first-class columns, filterable, returned
 /// with every memory.
 #[derive(Debug, Clone, PartialEq)]
@@ -153,6 +215,8 @@ pub struct MemoryRecord {
     pub embedding: Vec<f32>,
     /// Where it came from.
     pub provenance: Provenance,
+    /// Its state key and whether it is current.
+    pub state: StateInfo,
 }
 
 impl MemoryRecord {
@@ -180,7 +244,13 @@ impl MemoryRecord {
             entities: Vec::new(),
             embedding,
             provenance: Provenance::default(),
+            state: StateInfo::default(),
         }
+    }
+
+    /// When what the memory says took effect: its event time, else its observation time.
+    pub fn effective_time(&self) -> DateTime<Utc> {
+        self.state.event_time.unwrap_or(self.created_at)
     }
 
     /// Returns true when the memory has expired on `today` (a memory expiring today is still visible).
@@ -255,6 +325,20 @@ pub struct MemoryItem {
     pub evidence_ref: Option<String>,
     /// 0 to 1.
     pub confidence: f32,
+    /// The attribute this memory is a value of (`user.home_city`), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_key: Option<String>,
+    /// `active`, `superseded`, `conflict`, `pinned` or `retired`.
+    pub status: MemoryStatus,
+    /// The memory that replaced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<Uuid>,
+    /// When it stopped being true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_to: Option<DateTime<Utc>>,
+    /// When what it says happened or began (else `created_at`, the observation time, counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_time: Option<DateTime<Utc>>,
     /// Similarity score, on search results only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub score: Option<f32>,
@@ -290,6 +374,11 @@ impl From<MemoryRecord> for MemoryItem {
             source_app: record.provenance.source_app,
             evidence_ref: record.provenance.evidence_ref,
             confidence: record.provenance.confidence,
+            state_key: record.state.state_key,
+            status: record.state.status,
+            superseded_by: record.state.superseded_by,
+            valid_to: record.state.valid_to,
+            event_time: record.state.event_time,
             score: None,
             rerank_score: None,
             explain: None,
@@ -426,6 +515,7 @@ mod tests {
             text_lemmatized: String::new(),
             embedding: vec![],
             provenance: Provenance::default(),
+            state: StateInfo::default(),
         };
         assert!(!record.is_expired(today));
         record.expiration_date = today.pred_opt();

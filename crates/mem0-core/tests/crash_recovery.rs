@@ -162,7 +162,14 @@ async fn crash_child() {
 }
 
 async fn listed(memory: &Memory) -> Vec<mem0_core::MemoryItem> {
-    let request = ListRequest { scope: scope(), filter: None, page_size: 1000, cursor: None, show_expired: true };
+    let request = ListRequest {
+        scope: scope(),
+        filter: None,
+        page_size: 1000,
+        cursor: None,
+        show_expired: true,
+        include_superseded: true,
+    };
     memory.list(&caller(), request).await.expect("list").items
 }
 

@@ -11,11 +11,12 @@ use chrono::{Duration, NaiveDate, TimeZone, Utc};
 use mem0_core::filter::parse_filter;
 use mem0_core::retrieval::Bm25;
 use mem0_core::scope::Scope;
+use mem0_core::state::StateKey;
 use mem0_core::store::{
     EntityHit, EntityLink, EntityProbe, KeywordIndex as _, MemoryRows as _, ScopedQuery, SqliteStore, VectorIndex as _,
     VectorStore, WriteSet,
 };
-use mem0_core::types::{memory_hash, MemoryRecord, Metadata, Provenance, SourceType};
+use mem0_core::types::{memory_hash, MemoryRecord, MemoryStatus, Metadata, Provenance, SourceType, StateInfo};
 use mem0_core::Error;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -58,6 +59,7 @@ fn record(tenant: &str, user: &str, text: &str, embedding: Vec<f32>, metadata: V
             evidence_ref: Some(format!("msg:{minutes}")),
             confidence: 0.9,
         },
+        state: StateInfo::default(),
     }
 }
 
@@ -114,6 +116,7 @@ fn query(tenant: &str, user: &str, filter: Option<Value>) -> ScopedQuery {
         scope: Scope::new(Some(user), None, None).expect("scope"),
         filter: filter.map(|value| parse_filter(&value).expect("filter")),
         show_expired: false,
+        include_superseded: false,
         today: NaiveDate::from_ymd_opt(2026, 6, 1).expect("date"),
     }
 }
@@ -331,6 +334,116 @@ async fn check_scope_listing(store: &dyn VectorStore) {
 /// expiration, no filter), candidates only from the query (scope, expiration, filter), scored in
 /// the store exactly as `Bm25::score_text` scores the memory's text, best first; updated and
 /// deleted with the row.
+/// What listing, dense search and keyword candidates show of user `u`: texts (list and search
+/// agree), keyword candidates for "live boston", and the scope's document count.
+async fn chain_view(store: &dyn VectorStore, v: &[f32], include_superseded: bool) -> (Vec<String>, usize, u64) {
+    let query = ScopedQuery { include_superseded, ..query("t", "u", None) };
+    let mut texts: Vec<String> =
+        store.list(&query, None, 100).await.expect("list").records.into_iter().map(|r| r.memory).collect();
+    texts.sort();
+    let mut found: Vec<String> =
+        store.search(&query, v, 100, 0.0).await.expect("search").into_iter().map(|hit| hit.record.memory).collect();
+    found.sort();
+    assert_eq!(texts, found, "list and search agree");
+    let terms = ["live".to_owned(), "boston".to_owned()];
+    let keyword = store.keyword_candidates(&query, &terms, 100).await.expect("keyword");
+    (texts, keyword.top.len(), keyword.stats.doc_count)
+}
+
+/// Chains of a state key: the newest by event time is current whatever the arrival order, older
+/// ones are superseded (hidden from listing, search and keyword candidates unless asked for),
+/// other scopes keep their own chain, equal times from different sources are a conflict, deleting
+/// the current value brings back the one before, and undoing a write restores the chain.
+async fn check_state_chains(store: &dyn VectorStore) {
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let v = unit([1.0, 0.0, 0.0, 0.0]);
+    let day = |d: u32| Utc.with_ymd_and_hms(2026, 3, d, 12, 0, 0).single().expect("time");
+    let city = |text: &str, lemma: &str, d: u32| {
+        let mut memory = record("t", "u", text, v.clone(), json!({}), i64::from(d));
+        memory.text_lemmatized = lemma.to_owned();
+        memory.state =
+            StateInfo { state_key: Some("user.home_city".into()), event_time: Some(day(d)), ..StateInfo::default() };
+        memory
+    };
+    let key = |scope: &Scope| StateKey { tenant: "t".into(), scope: scope.clone(), key: "user.home_city".into() };
+    let scope = Scope::new(Some("u"), None, None).expect("scope");
+    let write = |records: Vec<MemoryRecord>| WriteSet {
+        tenant: "t".into(),
+        resolve: vec![key(&scope)],
+        ..WriteSet::insert(&records)
+    };
+    let status = |id: Uuid| async move {
+        let record = store.get("t", id).await.expect("get").expect("present");
+        (record.state.status, record.state.superseded_by, record.state.valid_to)
+    };
+    let new_york = city("lives in New York", "live new york", 1);
+    let san_francisco = city("lives in San Francisco", "live san francisco", 20);
+    let unrelated = record("t", "u", "likes tea", v.clone(), json!({}), 0);
+    store.apply(&write(vec![new_york.clone(), unrelated.clone()])).await.expect("insert");
+    store.apply(&write(vec![san_francisco.clone()])).await.expect("insert");
+    assert_eq!(status(new_york.id).await, (MemoryStatus::Superseded, Some(san_francisco.id), Some(day(20))));
+    assert_eq!(status(san_francisco.id).await, (MemoryStatus::Active, None, None));
+    // A value that arrives late slots in by event time.
+    let boston = city("lives in Boston", "live boston", 10);
+    let applied = store.apply(&write(vec![boston.clone()])).await.expect("insert");
+    assert_eq!(status(new_york.id).await, (MemoryStatus::Superseded, Some(boston.id), Some(day(10))));
+    assert_eq!(status(boston.id).await, (MemoryStatus::Superseded, Some(san_francisco.id), Some(day(20))));
+
+    assert_eq!(
+        chain_view(store, &v, false).await,
+        (vec!["likes tea".to_owned(), "lives in San Francisco".to_owned()], 1, 4)
+    );
+    let (all, candidates, docs) = chain_view(store, &v, true).await;
+    assert_eq!((all.len(), candidates, docs), (4, 3, 4), "the whole chain on request; statistics count it always");
+
+    // Undoing the late write restores the chain as it was.
+    let undo = write(vec![boston.clone()]).inverse(&applied, Vec::new());
+    store.apply(&undo).await.expect("undo");
+    assert_eq!(status(new_york.id).await, (MemoryStatus::Superseded, Some(san_francisco.id), Some(day(20))));
+    store.apply(&write(vec![boston.clone()])).await.expect("again");
+
+    // Another scope has a chain of its own.
+    let agent_scope = Scope::new(Some("u"), Some("agent-1"), None).expect("scope");
+    let mut elsewhere = city("agent thinks Lisbon", "agent think lisbon", 25);
+    elsewhere.scope = agent_scope.clone();
+    store
+        .apply(&WriteSet { resolve: vec![key(&agent_scope)], ..WriteSet::insert(std::slice::from_ref(&elsewhere)) })
+        .await
+        .expect("insert");
+    assert_eq!(status(elsewhere.id).await.0, MemoryStatus::Active);
+    assert_eq!(status(san_francisco.id).await.0, MemoryStatus::Active, "not superseded by another scope");
+
+    // Same event time, different sources: both current, flagged.
+    let mut told = city("assistant says Oakland", "oakland", 20);
+    told.provenance.source_type = SourceType::AssistantStated;
+    store.apply(&write(vec![told.clone()])).await.expect("insert");
+    assert_eq!(status(told.id).await.0, MemoryStatus::Conflict);
+    assert_eq!(status(san_francisco.id).await.0, MemoryStatus::Conflict);
+    // Deleting one of them leaves the other current; deleting that brings Boston back.
+    store.apply(&WriteSet { resolve: vec![key(&scope)], ..WriteSet::delete("t", &[told.id]) }).await.expect("delete");
+    assert_eq!(status(san_francisco.id).await, (MemoryStatus::Active, None, None));
+    store
+        .apply(&WriteSet { resolve: vec![key(&scope)], ..WriteSet::delete("t", &[san_francisco.id]) })
+        .await
+        .expect("delete");
+    assert_eq!(status(boston.id).await, (MemoryStatus::Active, None, None));
+    // Key and status filter like any field (the status filter narrows what is shown).
+    let keyed = ScopedQuery {
+        filter: Some(parse_filter(&json!({"state_key": "user.home_city"})).expect("filter")),
+        include_superseded: true,
+        ..query("t", "u", None)
+    };
+    assert_eq!(store.list(&keyed, None, 100).await.expect("list").records.len(), 3, "New York, Boston, the agent's Lisbon");
+    let superseded = ScopedQuery {
+        filter: Some(parse_filter(&json!({"status": "superseded"})).expect("filter")),
+        include_superseded: true,
+        ..query("t", "u", None)
+    };
+    let old: Vec<String> =
+        store.list(&superseded, None, 100).await.expect("list").records.into_iter().map(|r| r.memory).collect();
+    assert_eq!(old, ["lives in New York"]);
+}
+
 async fn check_keyword_index(store: &dyn VectorStore) {
     store.ensure_dimension(DIM, "test").await.expect("dimension");
     let v = unit([1.0, 0.0, 0.0, 0.0]);
@@ -780,6 +893,12 @@ macro_rules! conformance_suite {
             async fn scope_listing() {
                 let (store, _guard) = $open;
                 check_scope_listing(&store).await;
+            }
+
+            #[tokio::test]
+            async fn state_chains() {
+                let (store, _guard) = $open;
+                check_state_chains(&store).await;
             }
 
             #[tokio::test]

@@ -23,3 +23,4 @@ mod rollout;
 mod search;
 mod security;
 mod startup;
+mod state;

@@ -8,7 +8,7 @@ use mem0_core::history::HistoryStore;
 use mem0_core::memory::SearchMode;
 use mem0_core::scope::Scope;
 use mem0_core::store::{MemoryRows as _, SqliteStore, WriteSet};
-use mem0_core::types::{memory_hash, MemoryRecord, Metadata, Provenance};
+use mem0_core::types::{memory_hash, MemoryRecord, Metadata, Provenance, StateInfo};
 use mem0_core::{Caller, Memory, SearchRequest};
 use mem0_http_tests::local_embedder;
 use uuid::Uuid;
@@ -47,6 +47,7 @@ async fn old_rows_get_keyword_postings_and_entity_links() {
             text_lemmatized: String::new(),
             embedding,
             provenance: Provenance::default(),
+            state: StateInfo::default(),
         })
         .collect();
     store.apply(&WriteSet::insert(&old)).await.expect("insert old rows");
@@ -57,6 +58,7 @@ async fn old_rows_get_keyword_postings_and_entity_links() {
         top_k: 5,
         threshold: 0.0,
         show_expired: false,
+        include_superseded: false,
         mode: SearchMode::Keyword,
         explain: true,
         rerank: false,

@@ -129,6 +129,7 @@ async fn shutdown_during_32_requests_loses_nothing_acknowledged() {
                 page_size: 1000,
                 cursor: None,
                 show_expired: true,
+                include_superseded: false,
             },
         )
         .await

@@ -77,6 +77,9 @@ impl Memory {
             text::reject_nul("prompt", prompt)?;
         }
         request.source.validate()?;
+        if let Some(key) = &request.state_key {
+            crate::state::check_key(key).map_err(|message| Error::validation("state_key", message))?;
+        }
         let metadata = sanitize_metadata(request.metadata.clone())?;
         let outcome = if request.memory_type.is_some() {
             if request.scope.agent_id.is_none() {
@@ -133,6 +136,7 @@ impl Memory {
                     None,
                     None,
                 ),
+                state: request.state(None),
                 ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), text, embedding, created_at)
             })
             .collect();
@@ -171,7 +175,15 @@ impl Memory {
         }
         let session = extraction::session_scope(&request.scope);
         let (earlier, existing) = self.extraction_context(caller, &request.scope, &session, &new_messages).await?;
-        let existing_texts: Vec<String> = existing.iter().map(|record| record.memory.clone()).collect();
+        // A memory that is a value of a state key shows the key, so the model reuses it for a newer
+        // value of the same thing.
+        let existing_texts: Vec<String> = existing
+            .iter()
+            .map(|record| match &record.state.state_key {
+                Some(key) => format!("{{{key}}} {}", record.memory),
+                None => record.memory.clone(),
+            })
+            .collect();
         let custom = request.prompt.as_deref().or(self.extraction.custom_instructions.as_deref());
         let user_prompt = extraction::user_prompt(&ExtractionInput {
             earlier: &earlier,
@@ -236,6 +248,7 @@ impl Memory {
                     Some(&evidence),
                     fact.confidence,
                 ),
+                state: request.state(fact.state_key.as_deref()),
                 ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), fact.text, embedding, observed_at)
             })
             .collect();
@@ -367,6 +380,7 @@ impl Memory {
             expiration_date: request.expiration_date,
             memory_type: Some("procedural_memory".to_owned()),
             provenance: request.source.provenance(caller, SourceType::AgentInferred, None, None, None),
+            state: request.state(None),
             ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), summary, embedding, observed_at)
         };
         let records = vec![record];

@@ -239,7 +239,8 @@ impl Memory {
         caller.check_scope(&request.scope)?;
         check_bound("page_size", request.page_size)?;
         let cursor = request.cursor.as_deref().map(Cursor::decode).transpose()?;
-        let query = self.scoped_query(caller, request.scope, request.filter, request.show_expired);
+        let mut query = self.scoped_query(caller, request.scope, request.filter, request.show_expired);
+        query.include_superseded = request.include_superseded;
         let page = self.store.list(&query, cursor, request.page_size).await?;
         self.audit(caller, AuditAction::List, page.records.iter().map(|record| record.id));
         Ok(ListPage {
@@ -284,6 +285,13 @@ impl Memory {
     }
 
     fn scoped_query(&self, caller: &Caller, scope: Scope, filter: Option<Filter>, show_expired: bool) -> ScopedQuery {
-        ScopedQuery { tenant: caller.tenant.clone(), scope, filter, show_expired, today: Utc::now().date_naive() }
+        ScopedQuery {
+            tenant: caller.tenant.clone(),
+            scope,
+            filter,
+            show_expired,
+            today: Utc::now().date_naive(),
+            include_superseded: false,
+        }
     }
 }

@@ -96,6 +96,22 @@ pub struct AddRequest {
     pub timestamp: Option<DateTime<Utc>>,
     /// Provenance the caller gives the new memories.
     pub source: SourceInput,
+    /// The state key the new memories are values of (see [`crate::state`]).
+    pub state_key: Option<String>,
+    /// When what they say took effect (else `timestamp`, the observation time, orders them).
+    pub event_time: Option<DateTime<Utc>>,
+}
+
+impl AddRequest {
+    /// The state of a new memory of this call: the caller's key (else `proposed`, a key the model
+    /// gave the fact) and event time; the resolver sets the status in the write transaction.
+    pub(crate) fn state(&self, proposed: Option<&str>) -> crate::types::StateInfo {
+        crate::types::StateInfo {
+            state_key: self.state_key.clone().or_else(|| proposed.map(str::to_owned)),
+            event_time: self.event_time,
+            ..crate::types::StateInfo::default()
+        }
+    }
 }
 
 /// One memory created by [`Memory::add`].
@@ -190,6 +206,8 @@ pub struct ListRequest {
     pub cursor: Option<String>,
     /// Include expired memories.
     pub show_expired: bool,
+    /// Include `superseded` and `retired` memories.
+    pub include_superseded: bool,
 }
 
 /// One page of [`Memory::list`].
@@ -216,6 +234,8 @@ pub struct SearchRequest {
     pub threshold: f32,
     /// Include expired memories.
     pub show_expired: bool,
+    /// Include `superseded` and `retired` memories.
+    pub include_superseded: bool,
     /// Which retrievers produce candidates.
     pub mode: SearchMode,
     /// Return each result's score components.
@@ -258,4 +278,11 @@ pub struct UpdateRequest {
     /// Provenance to change (`source_type`, `source_actor`, `evidence_ref`, `confidence`); the
     /// credential of the update becomes `source_app` when any is given.
     pub source: SourceInput,
+    /// `Some(Some(key))` sets the state key, `Some(None)` clears it.
+    pub state_key: Option<Option<String>>,
+    /// `pinned` or `retired` (set by a person), or `active` to hand the memory back to the
+    /// resolver; `superseded` and `conflict` are the resolver's.
+    pub status: Option<crate::types::MemoryStatus>,
+    /// `Some(Some(time))` sets the event time, `Some(None)` clears it.
+    pub event_time: Option<Option<DateTime<Utc>>>,
 }

@@ -38,7 +38,8 @@ impl Memory {
         if !(0.0..=1.0).contains(&request.threshold) {
             return Err(Error::validation("threshold", "must be between 0 and 1"));
         }
-        let query = self.scoped_query(caller, request.scope, request.filter, request.show_expired);
+        let mut query = self.scoped_query(caller, request.scope, request.filter, request.show_expired);
+        query.include_superseded = request.include_superseded;
         let mut scored: Vec<(MemoryRecord, ScoreExplanation)> = match request.mode {
             SearchMode::Dense => {
                 let vector = self.embedder.embed(query_text).await?;

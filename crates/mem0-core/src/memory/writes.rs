@@ -18,9 +18,10 @@ use crate::entities;
 use crate::error::{Error, Result};
 use crate::history::{AuditAction, BufferedMessages, Pending};
 use crate::scope::{Caller, Role, Scope};
+use crate::state::StateKey;
 use crate::store::{Applied, EntityLink, WriteSet};
 use crate::text;
-use crate::types::{memory_hash, HistoryEvent, HistoryRecord, MemoryItem, MemoryRecord};
+use crate::types::{memory_hash, HistoryEvent, HistoryRecord, MemoryItem, MemoryRecord, MemoryStatus};
 
 /// A hook called with the name of each step of the write path (`write.before_commit`,
 /// `write.after_commit`, `write.after_delivery`), so a test can stop the process exactly there.
@@ -145,10 +146,12 @@ impl Memory {
     /// history never describes a change that did not happen.
     async fn commit(
         &self,
-        write: WriteSet,
+        mut write: WriteSet,
         history: Vec<HistoryRecord>,
         buffered: Option<BufferedMessages>,
     ) -> Result<Applied> {
+        // The chains of every state key the change writes are resolved in its transaction.
+        write.resolve.extend(write.insert.iter().chain(&write.update).filter_map(StateKey::of));
         // On its own task: a caller that goes away (a client that disconnects, a request
         // timeout) cannot cut the write between its store transaction and its history.
         let memory = self.clone();
@@ -227,14 +230,26 @@ impl Memory {
             && request.metadata.is_none()
             && request.expiration_date.is_none()
             && request.source.is_empty()
+            && request.state_key.is_none()
+            && request.status.is_none()
+            && request.event_time.is_none()
         {
             return Err(Error::validation(
                 "text",
-                "at least one of text, metadata, expiration_date, source_type, source_actor, evidence_ref or \
-                 confidence must be provided",
+                "at least one of text, metadata, expiration_date, state_key, status, event_time, source_type, \
+                 source_actor, evidence_ref or confidence must be provided",
             ));
         }
         request.source.validate()?;
+        if let Some(Some(key)) = &request.state_key {
+            crate::state::check_key(key).map_err(|message| Error::validation("state_key", message))?;
+        }
+        if matches!(request.status, Some(MemoryStatus::Superseded | MemoryStatus::Conflict)) {
+            return Err(Error::validation(
+                "status",
+                "set pinned, retired or active; superseded and conflict follow from the memories of the state key",
+            ));
+        }
         let new_text = request.text.as_deref().map(str::trim).map(str::to_owned);
         if let Some(new_text) = &new_text {
             text::reject_nul("text", new_text)?;
@@ -291,6 +306,25 @@ impl Memory {
             }
             provenance.source_app = Some(caller.principal_id.clone());
         }
+        if let Some(state_key) = request.state_key {
+            updated.state.state_key = state_key;
+            if updated.state.state_key.is_none() {
+                // Out of any chain: current again.
+                updated.state.status = MemoryStatus::Active;
+                updated.state.superseded_by = None;
+                updated.state.valid_to = None;
+            }
+        }
+        if let Some(event_time) = request.event_time {
+            updated.state.event_time = event_time;
+        }
+        if let Some(status) = request.status {
+            updated.state.status = status;
+            if status != MemoryStatus::Superseded {
+                updated.state.superseded_by = None;
+                updated.state.valid_to = None;
+            }
+        }
         let now = stored_now();
         updated.updated_at = now;
         let entry = HistoryRecord::for_event(&updated, HistoryEvent::Update, Some(old.memory.clone()), now);
@@ -300,11 +334,14 @@ impl Memory {
             relink: if relink.is_some() { vec![id] } else { Vec::new() },
             links: relink.unwrap_or_default(),
             merge_threshold: self.retrieval().entity_merge_threshold,
+            // A memory leaving a chain changes the chain it leaves.
+            resolve: StateKey::of(&old).into_iter().collect(),
             ..WriteSet::default()
         };
         self.commit(write, vec![entry], None).await?;
         self.audit(caller, AuditAction::Update, [id]);
-        Ok(updated.into())
+        // The resolver may have placed it in its chain: return it as stored.
+        Ok(self.store.get(&caller.tenant, id).await?.map_or_else(|| updated.into(), MemoryItem::from))
     }
 
     /// Deletes one memory.
@@ -316,7 +353,13 @@ impl Memory {
         caller.require(Role::Write)?;
         let record = self.visible(caller, id).await?;
         let entry = HistoryRecord::for_event(&record, HistoryEvent::Delete, Some(record.memory.clone()), stored_now());
-        let write = WriteSet { tenant: caller.tenant.clone(), delete: vec![id], ..WriteSet::default() };
+        let write = WriteSet {
+            tenant: caller.tenant.clone(),
+            delete: vec![id],
+            // Deleting the current value makes the one before it current again.
+            resolve: StateKey::of(&record).into_iter().collect(),
+            ..WriteSet::default()
+        };
         self.commit(write, vec![entry], None).await?;
         self.audit(caller, AuditAction::Delete, [id]);
         Ok(())
@@ -340,7 +383,8 @@ impl Memory {
         caller.check_scope(&scope)?;
         // Memories added after the listing stay. Each chunk of 1,000 is deleted with its history
         // all or nothing; an error stops before the next chunk.
-        let query = self.scoped_query(caller, scope.clone(), None, true);
+        let mut query = self.scoped_query(caller, scope.clone(), None, true);
+        query.include_superseded = true;
         let mut doomed: Vec<MemoryRecord> = Vec::new();
         let mut cursor = None;
         loop {

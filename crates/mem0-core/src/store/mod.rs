@@ -40,13 +40,15 @@ pub struct ScopedQuery {
     pub show_expired: bool,
     /// The day expiration is judged against (UTC).
     pub today: NaiveDate,
+    /// Include memories that are `superseded` or `retired` (see [`crate::state`]).
+    pub include_superseded: bool,
 }
 
 impl ScopedQuery {
     /// The query's scope alone (tenant and scope ids; every expiration, no filter): what the
     /// keyword statistics and entity weights are counted over.
     pub(crate) fn scope_only(&self) -> Self {
-        Self { filter: None, show_expired: true, ..self.clone() }
+        Self { filter: None, show_expired: true, include_superseded: true, ..self.clone() }
     }
 
     /// The query without its metadata filter (scope and expiration).
@@ -369,6 +371,9 @@ pub struct WriteSet {
     /// fails with [`Error::Conflict`] and changes nothing. Guards undo and re-analysis against
     /// overwriting a change made meanwhile.
     pub expect: Vec<(Uuid, DateTime<Utc>)>,
+    /// State keys whose chains are resolved again after the change, in its transaction (under a
+    /// lock per key on Postgres): see [`crate::state`].
+    pub resolve: Vec<crate::state::StateKey>,
 }
 
 /// What a [`WriteSet`] replaced, as it was before: enough to write the inverse change.
@@ -464,8 +469,27 @@ impl WriteSet {
             history: Vec::new(),
             messages: Vec::new(),
             unique_in: None,
+            // The chains are a function of their rows: resolved again without this change's rows,
+            // they are what they were before it.
+            resolve: self.resolve.clone(),
         }
     }
+}
+
+/// The state keys of `write`, sorted and without repeats (locks are taken in this order).
+pub(crate) fn keys_to_resolve(write: &WriteSet) -> Vec<&crate::state::StateKey> {
+    let mut keys: Vec<&crate::state::StateKey> = write.resolve.iter().collect();
+    keys.sort_by(|a, b| {
+        (&a.tenant, &a.key, &a.scope.user_id, &a.scope.agent_id, &a.scope.run_id).cmp(&(
+            &b.tenant,
+            &b.key,
+            &b.scope.user_id,
+            &b.scope.agent_id,
+            &b.scope.run_id,
+        ))
+    });
+    keys.dedup();
+    keys
 }
 
 /// Keeps the first [`MAX_MATCHED_ENTITIES`] (entity, probe) pairs of `matched`.
@@ -514,6 +538,19 @@ pub(crate) fn provenance(
     let source_type = crate::types::SourceType::parse(&source_type)
         .ok_or_else(|| crate::error::Error::Internal(format!("stored source_type {source_type:?} is unknown")))?;
     Ok(crate::types::Provenance { source_type, source_actor, source_app, evidence_ref, confidence: confidence as f32 })
+}
+
+/// The state of a stored row, from its columns.
+pub(crate) fn state(
+    state_key: Option<String>,
+    status: &str,
+    superseded_by: Option<Uuid>,
+    valid_to: Option<chrono::DateTime<chrono::Utc>>,
+    event_time: Option<chrono::DateTime<chrono::Utc>>,
+) -> crate::error::Result<crate::types::StateInfo> {
+    let status = crate::types::MemoryStatus::parse(status)
+        .ok_or_else(|| crate::error::Error::Internal(format!("stored status {status:?} is unknown")))?;
+    Ok(crate::types::StateInfo { state_key, status, superseded_by, valid_to, event_time })
 }
 
 /// Number of whitespace-separated terms of an analysed text.

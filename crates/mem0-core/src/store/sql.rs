@@ -223,6 +223,9 @@ pub(crate) fn where_clause<D: Dialect>(dialect: D, query: &ScopedQuery, first: u
         clause.push(&format!(" and {column} = "));
         clause.bind(Bind::Text(value.to_owned()));
     }
+    if !query.include_superseded {
+        clause.push(" and status not in ('superseded', 'retired')");
+    }
     if !query.show_expired {
         clause.push(" and (expiration_date is null or expiration_date >= ");
         let today = clause.dialect.date(query.today);
@@ -401,6 +404,7 @@ mod tests {
             filter: Some(parse_filter(&filter).expect("parse")),
             show_expired: false,
             today: NaiveDate::from_ymd_opt(2026, 1, 1).expect("date"),
+            include_superseded: false,
         }
     }
 

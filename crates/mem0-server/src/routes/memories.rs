@@ -4,7 +4,7 @@ use axum::extract::State;
 use chrono::{DateTime, NaiveDate, Utc};
 use mem0_core::filter::parse_filter;
 use mem0_core::memory::{AddRequest, ListRequest, SourceInput, UpdateRequest, DEFAULT_PAGE_SIZE};
-use mem0_core::types::SourceType;
+use mem0_core::types::{MemoryStatus, SourceType};
 use mem0_core::{AddedMemory, HistoryRecord, MemoryItem, Message};
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -120,6 +120,17 @@ pub struct AddMemoriesRequest {
     #[serde(default)]
     #[schema(minimum = 0.0, maximum = 1.0, example = 0.95)]
     pub confidence: Option<f32>,
+    /// The attribute the new memories are values of (`user.home_city`; letters, digits and
+    /// `_ . - :`, at most 128 bytes): a newer memory with the same key and scope supersedes them
+    /// (see `status`). With `infer=true` the model proposes keys when none is given.
+    #[serde(default)]
+    #[schema(example = "user.home_city")]
+    pub state_key: Option<String>,
+    /// When what the messages say took effect (RFC 3339 or Unix seconds; may be in the future):
+    /// orders memories of one state key. Default: `timestamp`, the observation time.
+    #[serde(default)]
+    #[schema(value_type = Option<TimestampInput>, example = "2026-03-01T00:00:00Z")]
+    pub event_time: Option<serde_json::Value>,
 }
 
 /// Response of `POST /memories`.
@@ -147,6 +158,9 @@ pub struct ListMemoriesQuery {
     pub cursor: Option<String>,
     /// Include expired memories (default false).
     pub show_expired: Option<bool>,
+    /// Include memories a newer one of their state key superseded, and retired ones (default
+    /// false).
+    pub include_superseded: Option<bool>,
     /// A filter object (JSON-encoded), as in search.
     pub filters: Option<String>,
 }
@@ -199,6 +213,18 @@ pub struct UpdateMemoryRequest {
     #[serde(default)]
     #[schema(minimum = 0.0, maximum = 1.0)]
     pub confidence: Option<f32>,
+    /// The state key, or `null` to take the memory out of its chain.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, example = "user.home_city")]
+    pub state_key: Option<Option<String>>,
+    /// `pinned` (current whatever arrives later), `retired` (no longer true; hidden), or
+    /// `active` (back to the resolver: current unless a newer memory of its key exists).
+    #[serde(default)]
+    pub status: Option<MemoryStatus>,
+    /// When what it says took effect (RFC 3339), or `null` to order it by `created_at`.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub event_time: Option<Option<String>>,
 }
 
 /// Response of `PUT /memories/{memory_id}`.
@@ -222,6 +248,15 @@ fn parse_date(field: &str, raw: &str) -> Result<NaiveDate, ApiError> {
 }
 
 fn parse_timestamp(value: &serde_json::Value) -> Result<DateTime<Utc>, ApiError> {
+    let time = parse_time("timestamp", value)?;
+    if time > Utc::now() + chrono::Duration::days(1) {
+        return Err(ApiError::validation("timestamp", "cannot be in the future"));
+    }
+    Ok(time)
+}
+
+/// RFC 3339 or Unix seconds.
+fn parse_time(field: &str, value: &serde_json::Value) -> Result<DateTime<Utc>, ApiError> {
     let parsed = match value {
         serde_json::Value::Number(number) => {
             number.as_f64().and_then(|seconds| DateTime::from_timestamp_micros((seconds * 1_000_000.0) as i64))
@@ -231,11 +266,7 @@ fn parse_timestamp(value: &serde_json::Value) -> Result<DateTime<Utc>, ApiError>
         }
         _ => None,
     };
-    let time = parsed.ok_or_else(|| ApiError::validation("timestamp", "expected RFC 3339 or Unix seconds"))?;
-    if time > Utc::now() + chrono::Duration::days(1) {
-        return Err(ApiError::validation("timestamp", "cannot be in the future"));
-    }
-    Ok(time)
+    parsed.ok_or_else(|| ApiError::validation(field, "expected RFC 3339 or Unix seconds"))
 }
 
 fn message_text(content: MessageContent) -> String {
@@ -282,6 +313,7 @@ pub async fn add_memories(
     let scope = body.scope.scope()?;
     let expiration_date = body.expiration_date.as_deref().map(|raw| parse_date("expiration_date", raw)).transpose()?;
     let timestamp = body.timestamp.as_ref().map(parse_timestamp).transpose()?;
+    let event_time = body.event_time.as_ref().map(|value| parse_time("event_time", value)).transpose()?;
     let messages = body
         .messages
         .into_iter()
@@ -308,6 +340,8 @@ pub async fn add_memories(
             evidence_ref: body.evidence_ref,
             confidence: body.confidence,
         },
+        state_key: body.state_key,
+        event_time,
     };
     let outcome = state.memory().add(&caller, request).await?;
     Ok(AppJson(AddMemoriesResponse { results: outcome.results, warnings: outcome.warnings }))
@@ -356,6 +390,7 @@ pub async fn list_memories(
                 page_size: query.page_size.or(query.top_k).unwrap_or(DEFAULT_PAGE_SIZE),
                 cursor: query.cursor,
                 show_expired: query.show_expired.unwrap_or(false),
+                include_superseded: query.include_superseded.unwrap_or(false),
             },
         )
         .await?;
@@ -453,7 +488,20 @@ pub async fn update_memory(
         evidence_ref: body.evidence_ref,
         confidence: body.confidence,
     };
-    let request = UpdateRequest { text: body.text, metadata: body.metadata, expiration_date, source };
+    let event_time = match body.event_time {
+        None => None,
+        Some(None) => Some(None),
+        Some(Some(raw)) => Some(Some(parse_time("event_time", &serde_json::Value::String(raw))?)),
+    };
+    let request = UpdateRequest {
+        text: body.text,
+        metadata: body.metadata,
+        expiration_date,
+        source,
+        state_key: body.state_key,
+        status: body.status,
+        event_time,
+    };
     let updated = state.memory().update(&caller, id, request).await?;
     Ok(AppJson(UpdateMemoryResponse { message: "Memory updated successfully!".to_owned(), result: updated }))
 }

@@ -53,6 +53,10 @@ pub struct SearchRequest {
     /// Include expired memories (default false).
     #[serde(default)]
     pub show_expired: Option<bool>,
+    /// Include memories a newer one of their state key superseded, and retired ones (default
+    /// false): the whole chain, each with `status`, `superseded_by` and `valid_to`.
+    #[serde(default)]
+    pub include_superseded: Option<bool>,
     /// Retrievers to use (default `hybrid`).
     #[serde(default)]
     pub mode: Option<SearchModeInput>,
@@ -136,6 +140,7 @@ pub async fn search_memories(
         top_k: body.top_k.unwrap_or(DEFAULT_TOP_K),
         threshold: body.threshold.unwrap_or(DEFAULT_THRESHOLD),
         show_expired: body.show_expired.unwrap_or(false),
+        include_superseded: body.include_superseded.unwrap_or(false),
         mode: body.mode.map(SearchMode::from).unwrap_or_default(),
         explain: body.explain.unwrap_or(false),
         rerank: body.rerank.unwrap_or(false),

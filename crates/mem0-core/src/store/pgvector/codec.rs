@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::scope::Scope;
 use crate::store::doc_len;
-use crate::store::provenance;
+use crate::store::{provenance, state};
 use crate::types::{MemoryRecord, Metadata};
 
 /// Appends one row of `COPY ... (format text)` for `record`, columns as in [`COLUMNS`].
@@ -41,7 +41,7 @@ pub(super) fn copy_row(out: &mut String, record: &MemoryRecord) {
     };
     let linked: Vec<String> = record.linked_memory_ids.iter().map(Uuid::to_string).collect();
     let vector: Vec<String> = record.embedding.iter().map(f32::to_string).collect();
-    let fields: [Option<String>; 25] = [
+    let fields: [Option<String>; 30] = [
         Some(record.id.to_string()),
         Some(record.tenant.clone()),
         record.scope.user_id.clone(),
@@ -67,6 +67,11 @@ pub(super) fn copy_row(out: &mut String, record: &MemoryRecord) {
         record.provenance.source_app.clone(),
         record.provenance.evidence_ref.clone(),
         Some(record.provenance.stored_confidence().to_string()),
+        record.state.state_key.clone(),
+        Some(record.state.status.as_str().to_owned()),
+        record.state.superseded_by.map(|id| id.to_string()),
+        record.state.valid_to.map(|at| at.to_rfc3339()),
+        record.state.event_time.map(|at| at.to_rfc3339()),
     ];
     for (index, field) in fields.iter().enumerate() {
         if index > 0 {
@@ -111,6 +116,13 @@ pub(super) fn row_to_record(row: &PgRow) -> Result<MemoryRecord> {
             row.try_get("source_app")?,
             row.try_get("evidence_ref")?,
             row.try_get("confidence")?,
+        )?,
+        state: state(
+            row.try_get("state_key")?,
+            &row.try_get::<String, _>("status")?,
+            row.try_get("superseded_by")?,
+            row.try_get("valid_to")?,
+            row.try_get("event_time")?,
         )?,
     })
 }

@@ -40,7 +40,7 @@ pub(super) const COLUMNS: &str =
     "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
                        expiration_date, attributed_to, role, actor_id, memory_type, linked_memory_ids, entities, \
                        text_lemmatized, doc_len, embedding, source_type, source_actor, source_app, evidence_ref, \
-                       confidence";
+                       confidence, state_key, status, superseded_by, valid_to, event_time";
 
 /// Settings of the Postgres store.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -611,8 +611,8 @@ impl EntityIndex for PgVectorStore {
             .collect();
         // Ranked by the summed weights of the links (a memory linked to two rows one probe matches
         // counts that probe twice here, once in its score). With a metadata filter each link is
-        // checked on its memory row; otherwise only expiration can hide a memory of the scope,
-        // checked afterwards on a few more rows than needed.
+        // checked on its memory row; otherwise only expiration and supersession can hide a memory
+        // of the scope, checked afterwards on a few more rows than needed.
         let (join, filter_binds, limit_at) = match &query.filter {
             Some(_) => {
                 let clause = where_clause(Pg, query, 4);
@@ -628,10 +628,10 @@ impl EntityIndex for PgVectorStore {
              join memory_entity_links l on l.entity_id = m.entity_id{join} \
              group by l.memory_id order by score desc, l.memory_id desc limit ${limit_at}"
         );
-        let check_expiration = query.filter.is_none() && !query.show_expired;
-        // Without the expiration check one pass; with it, passes of 2, 8, 32… × limit until
-        // enough live memories are found or the links are exhausted.
-        let mut fetch_limit = if check_expiration { limit * 2 } else { limit };
+        let check_live = query.filter.is_none() && (!query.show_expired || !query.include_superseded);
+        // Without the check one pass; with it, passes of 2, 8, 32… × limit until enough live
+        // memories are found or the links are exhausted.
+        let mut fetch_limit = if check_live { limit * 2 } else { limit };
         let ranked = loop {
             let fetch = sqlx::query(&statement).bind(&entity_ids).bind(&probe_ids).bind(&probe_weights);
             let rows = bind_all(fetch, &filter_binds)
@@ -641,22 +641,24 @@ impl EntityIndex for PgVectorStore {
             let mut ranked: Vec<(Uuid, Vec<i32>)> =
                 rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(2)?))).collect::<Result<Vec<_>>>()?;
             let exhausted = ranked.len() < fetch_limit;
-            if check_expiration && !ranked.is_empty() {
+            if check_live && !ranked.is_empty() {
                 let ids: Vec<Uuid> = ranked.iter().map(|(id, _)| *id).collect();
                 let live: std::collections::HashSet<Uuid> = sqlx::query_scalar(
                     "select id from memories where id = any($1::uuid[]) and tenant = $2 \
-                     and (expiration_date is null or expiration_date >= $3)",
+                     and ($3::date is null or expiration_date is null or expiration_date >= $3) \
+                     and ($4 or status not in ('superseded', 'retired'))",
                 )
                 .bind(&ids)
                 .bind(&query.tenant)
-                .bind(query.today)
+                .bind((!query.show_expired).then_some(query.today))
+                .bind(query.include_superseded)
                 .fetch_all(&self.pool)
                 .await?
                 .into_iter()
                 .collect();
                 ranked.retain(|(id, _)| live.contains(id));
             }
-            if !check_expiration || ranked.len() >= limit || exhausted {
+            if !check_live || ranked.len() >= limit || exhausted {
                 ranked.truncate(limit);
                 break ranked;
             }

@@ -9,11 +9,70 @@ use super::codec::row_to_record;
 use super::COLUMNS;
 use crate::error::{Error, Result};
 use crate::scope::Scope;
+use crate::state::{resolve, StateRow};
 use crate::store::sql::{where_clause, Postgres as Pg};
 use crate::store::{
     dedup_lock_key, doc_len, links_to_write, without_known, Applied, EntityLink, ScopedQuery, WriteSet,
 };
-use crate::types::{HistoryRecord, MemoryRecord};
+use crate::types::{HistoryRecord, MemoryRecord, MemoryStatus, SourceType};
+
+/// Resolves the chains of the write's state keys again, each under a transaction lock of its own
+/// (taken in key order), so concurrent writers of one key, replicas too, see each other's rows.
+async fn resolve_states(executor: &mut sqlx::PgConnection, write: &WriteSet) -> Result<()> {
+    for key in crate::store::keys_to_resolve(write) {
+        let id = |value: &Option<String>| value.clone().unwrap_or_default();
+        let lock = format!(
+            "state\n{}\n{}\n{}\n{}\n{}",
+            key.tenant,
+            id(&key.scope.user_id),
+            id(&key.scope.agent_id),
+            id(&key.scope.run_id),
+            key.key
+        );
+        sqlx::query("select pg_advisory_xact_lock(hashtextextended($1, 0))").bind(lock).execute(&mut *executor).await?;
+        let rows = sqlx::query(
+            "select id, status, coalesce(event_time, created_at) as t, confidence, source_type, superseded_by, \
+             valid_to from memories where tenant = $1 and state_key = $2 and user_id is not distinct from $3 \
+             and agent_id is not distinct from $4 and run_id is not distinct from $5",
+        )
+        .bind(&key.tenant)
+        .bind(&key.key)
+        .bind(&key.scope.user_id)
+        .bind(&key.scope.agent_id)
+        .bind(&key.scope.run_id)
+        .fetch_all(&mut *executor)
+        .await?;
+        let chain = rows
+            .iter()
+            .map(|row| {
+                let status: String = row.try_get("status")?;
+                let source: String = row.try_get("source_type")?;
+                let confidence: f64 = row.try_get("confidence")?;
+                Ok(StateRow {
+                    id: row.try_get("id")?,
+                    status: MemoryStatus::parse(&status)
+                        .ok_or_else(|| Error::Internal(format!("stored status {status:?} is unknown")))?,
+                    time: row.try_get("t")?,
+                    confidence: confidence as f32,
+                    source_type: SourceType::parse(&source)
+                        .ok_or_else(|| Error::Internal(format!("stored source_type {source:?} is unknown")))?,
+                    superseded_by: row.try_get("superseded_by")?,
+                    valid_to: row.try_get("valid_to")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for change in resolve(&chain) {
+            sqlx::query("update memories set status = $1, superseded_by = $2, valid_to = $3 where id = $4")
+                .bind(change.status.as_str())
+                .bind(change.superseded_by)
+                .bind(change.valid_to)
+                .bind(change.id)
+                .execute(&mut *executor)
+                .await?;
+        }
+    }
+    Ok(())
+}
 
 /// Removes those of `entity_ids` that no memory links to any more.
 pub(super) async fn remove_orphan_entities(executor: &mut sqlx::PgConnection, entity_ids: &[Uuid]) -> Result<()> {
@@ -112,6 +171,7 @@ pub(super) async fn apply_in(executor: &mut sqlx::PgConnection, write: &WriteSet
         None => std::borrow::Cow::Borrowed(&write.insert),
     };
     insert_rows(executor, &inserts).await?;
+    resolve_states(executor, write).await?;
     if !write.relink.is_empty() {
         sqlx::query("delete from memory_entity_links where memory_id = any($1)")
             .bind(&write.relink)
@@ -151,7 +211,7 @@ pub(super) async fn apply_in(executor: &mut sqlx::PgConnection, write: &WriteSet
 
 /// Multi-row inserts: one round trip per 500 rows.
 pub(super) async fn insert_rows(executor: &mut sqlx::PgConnection, records: &[MemoryRecord]) -> Result<()> {
-    const COLUMN_COUNT: usize = 25;
+    const COLUMN_COUNT: usize = 30;
     for chunk in records.chunks(500) {
         let rows: Vec<String> = (0..chunk.len())
             .map(|row| {
@@ -188,7 +248,12 @@ pub(super) async fn insert_rows(executor: &mut sqlx::PgConnection, records: &[Me
                 .bind(&record.provenance.source_actor)
                 .bind(&record.provenance.source_app)
                 .bind(&record.provenance.evidence_ref)
-                .bind(record.provenance.stored_confidence());
+                .bind(record.provenance.stored_confidence())
+                .bind(&record.state.state_key)
+                .bind(record.state.status.as_str())
+                .bind(record.state.superseded_by)
+                .bind(record.state.valid_to)
+                .bind(record.state.event_time);
         }
         query.execute(&mut *executor).await?;
     }
@@ -199,7 +264,8 @@ pub(super) async fn update_one(executor: &mut sqlx::PgConnection, record: &Memor
     sqlx::query(
         "update memories set memory = $1, hash = $2, metadata = $3, created_at = $4, updated_at = $5, \
          expiration_date = $6, embedding = $7, text_lemmatized = $10, doc_len = $11, entities = $12, \
-         source_type = $13, source_actor = $14, source_app = $15, evidence_ref = $16, confidence = $17 \
+         source_type = $13, source_actor = $14, source_app = $15, evidence_ref = $16, confidence = $17, \
+         state_key = $18, status = $19, superseded_by = $20, valid_to = $21, event_time = $22 \
          where tenant = $8 and id = $9",
     )
     .bind(&record.memory)
@@ -219,6 +285,11 @@ pub(super) async fn update_one(executor: &mut sqlx::PgConnection, record: &Memor
     .bind(&record.provenance.source_app)
     .bind(&record.provenance.evidence_ref)
     .bind(record.provenance.stored_confidence())
+    .bind(&record.state.state_key)
+    .bind(record.state.status.as_str())
+    .bind(record.state.superseded_by)
+    .bind(record.state.valid_to)
+    .bind(record.state.event_time)
     .execute(&mut *executor)
     .await?;
     Ok(())

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::scope::Scope;
-use crate::store::provenance;
+use crate::store::{provenance, state};
 use crate::types::{MemoryRecord, Metadata};
 
 pub(super) fn encode_embedding(vector: &[f32]) -> Vec<u8> {
@@ -70,6 +70,16 @@ pub(super) fn row_to_record(row: &SqliteRow) -> Result<MemoryRecord> {
             row.try_get("source_app")?,
             row.try_get("evidence_ref")?,
             row.try_get("confidence")?,
+        )?,
+        state: state(
+            row.try_get("state_key")?,
+            &row.try_get::<String, _>("status")?,
+            row.try_get::<Option<String>, _>("superseded_by")?
+                .map(|id| Uuid::parse_str(&id))
+                .transpose()
+                .map_err(|error| Error::Internal(format!("stored superseded_by of {id}: {error}")))?,
+            row.try_get::<Option<i64>, _>("valid_to")?.map(from_micros).transpose()?,
+            row.try_get::<Option<i64>, _>("event_time")?.map(from_micros).transpose()?,
         )?,
     })
 }

@@ -46,7 +46,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/
 const COLUMNS: &str = "id, tenant, user_id, agent_id, run_id, memory, hash, metadata, created_at, updated_at, \
                        expiration_date, attributed_to, role, actor_id, memory_type, linked_memory_ids, entities, \
                        text_lemmatized, doc_len, embedding, source_type, source_actor, source_app, evidence_ref, \
-                       confidence";
+                       confidence, state_key, status, superseded_by, valid_to, event_time";
 
 /// Default number of embeddings kept in memory (about 150 MB at 384 dimensions).
 pub const DEFAULT_VECTOR_CACHE_ENTRIES: usize = 100_000;
@@ -498,25 +498,28 @@ impl VectorIndex for SqliteStore {
 }
 
 impl SqliteStore {
-    /// Those of `ranked` (memories of `tenant`) that have not expired by `today`.
+    /// Those of `ranked` (memories of the query's tenant) that the query shows: not expired (unless
+    /// `show_expired`) and not superseded or retired (unless `include_superseded`).
     async fn live(
         &self,
-        tenant: &str,
+        query: &ScopedQuery,
         ranked: &[(Uuid, Vec<usize>)],
-        today: chrono::NaiveDate,
     ) -> Result<std::collections::HashSet<Uuid>> {
         let mut live = std::collections::HashSet::new();
+        let today = (!query.show_expired).then(|| query.today.format("%Y-%m-%d").to_string());
         for chunk in ranked.chunks(FETCH_CHUNK) {
             let placeholders = vec!["?"; chunk.len()].join(", ");
             let statement = format!(
                 "select id from memories where +tenant = ? and id in ({placeholders}) \
-                 and (expiration_date is null or expiration_date >= ?)"
+                 and (? is null or expiration_date is null or expiration_date >= ?) \
+                 and (? or status not in ('superseded', 'retired'))"
             );
-            let mut fetch = sqlx::query_scalar::<_, String>(&statement).bind(tenant);
+            let mut fetch = sqlx::query_scalar::<_, String>(&statement).bind(&query.tenant);
             for (id, _) in chunk {
                 fetch = fetch.bind(id.to_string());
             }
-            for id in fetch.bind(today.format("%Y-%m-%d").to_string()).fetch_all(&self.pool).await? {
+            let fetch = fetch.bind(&today).bind(&today).bind(query.include_superseded);
+            for id in fetch.fetch_all(&self.pool).await? {
                 live.insert(parse_id(&id)?);
             }
         }
@@ -703,8 +706,8 @@ impl EntityIndex for SqliteStore {
         let values = matched_values(&found.matched, Some(&weights));
         // Ranked by the summed weights of the links (a memory linked to two rows one probe matches
         // counts that probe twice here, once in its score). With a metadata filter each link is
-        // checked on its memory row; otherwise only expiration can hide a memory of the scope,
-        // checked afterwards on a few more rows than needed.
+        // checked on its memory row; otherwise only expiration and supersession can hide a memory
+        // of the scope, checked afterwards on a few more rows than needed.
         let (join, filter_sql, filter_binds) = match &query.filter {
             Some(_) => {
                 let (sql, binds) = where_clause(Sqlite, query, 1).into_parts();
@@ -717,10 +720,10 @@ impl EntityIndex for SqliteStore {
              join memory_entity_links l on l.entity_id = m.entity_id{join}{filter_sql} \
              group by l.memory_id order by score desc, l.memory_id desc limit ?"
         );
-        let check_expiration = query.filter.is_none() && !query.show_expired;
-        // Without the expiration check one pass; with it, passes of 2, 8, 32… × limit until
-        // enough live memories are found or the links are exhausted.
-        let mut fetch_limit = if check_expiration { limit * 2 } else { limit };
+        let check_live = query.filter.is_none() && (!query.show_expired || !query.include_superseded);
+        // Without the check one pass; with it, passes of 2, 8, 32… × limit until enough live
+        // memories are found or the links are exhausted.
+        let mut fetch_limit = if check_live { limit * 2 } else { limit };
         let ranked = loop {
             let fetch = bind_matched(sqlx::query(&statement), &found.matched, Some(&weights));
             let fetch = bind_all(fetch, &filter_binds).bind(i64::try_from(fetch_limit).unwrap_or(i64::MAX));
@@ -731,11 +734,11 @@ impl EntityIndex for SqliteStore {
                 ranked.push((parse_id(&id)?, parse_probes(&probes)));
             }
             let exhausted = ranked.len() < fetch_limit;
-            if check_expiration {
-                let live = self.live(&query.tenant, &ranked, query.today).await?;
+            if check_live {
+                let live = self.live(query, &ranked).await?;
                 ranked.retain(|(id, _)| live.contains(id));
             }
-            if !check_expiration || ranked.len() >= limit || exhausted {
+            if !check_live || ranked.len() >= limit || exhausted {
                 ranked.truncate(limit);
                 break ranked;
             }

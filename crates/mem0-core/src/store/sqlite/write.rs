@@ -6,15 +6,16 @@ use std::collections::HashMap;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::codec::{decode_embedding, encode_embedding, micros, row_to_record};
+use super::codec::{decode_embedding, encode_embedding, from_micros, micros, row_to_record};
 use super::{COLUMNS, FETCH_CHUNK};
 use crate::error::{Error, Result};
 use crate::scope::Scope;
+use crate::state::{resolve, StateRow};
 use crate::store::sql::{where_clause, Sqlite};
 use crate::store::{
     cosine, doc_len, links_to_write, term_frequencies, without_known, Applied, EntityLink, ScopedQuery, WriteSet,
 };
-use crate::types::MemoryRecord;
+use crate::types::{MemoryRecord, MemoryStatus, SourceType};
 
 /// Entity ids linked to any of `ids` (read before the memories are deleted).
 pub(super) async fn linked_entities(executor: &mut sqlx::SqliteConnection, ids: &[String]) -> Result<Vec<String>> {
@@ -87,7 +88,8 @@ pub(super) async fn scope_entities(
 pub(super) async fn insert_one(executor: &mut sqlx::SqliteConnection, record: &MemoryRecord) -> Result<()> {
     let metadata = serde_json::Value::Object(record.metadata.clone()).to_string();
     sqlx::query(&format!(
-        "insert into memories ({COLUMNS}) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        "insert into memories ({COLUMNS}) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, \
+         ?, ?, ?, ?, ?)"
     ))
     .bind(record.id.to_string())
     .bind(&record.tenant)
@@ -114,6 +116,11 @@ pub(super) async fn insert_one(executor: &mut sqlx::SqliteConnection, record: &M
     .bind(&record.provenance.source_app)
     .bind(&record.provenance.evidence_ref)
     .bind(record.provenance.stored_confidence())
+    .bind(&record.state.state_key)
+    .bind(record.state.status.as_str())
+    .bind(record.state.superseded_by.map(|id| id.to_string()))
+    .bind(record.state.valid_to.map(micros))
+    .bind(record.state.event_time.map(micros))
     .execute(&mut *executor)
     .await?;
     write_terms(executor, record).await
@@ -131,12 +138,12 @@ pub(super) async fn write_terms(executor: &mut sqlx::SqliteConnection, record: &
     let user = record.scope.user_id.as_deref().unwrap_or("");
     let expiration = record.expiration_date.map(|date| date.format("%Y-%m-%d").to_string());
     let length = i64::from(doc_len(&record.text_lemmatized));
-    // 9 parameters a row; SQLite allows 32766 per statement.
+    // 10 parameters a row; SQLite allows 32766 per statement.
     for chunk in terms.chunks(500) {
-        let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+        let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
         let statement = format!(
             "insert into keyword_postings (tenant, term, user_id, memory_id, agent_id, run_id, expiration_date, \
-             doc_len, tf) values {rows}"
+             doc_len, tf, status) values {rows}"
         );
         let mut insert = sqlx::query(&statement);
         for (term, tf) in chunk {
@@ -149,7 +156,8 @@ pub(super) async fn write_terms(executor: &mut sqlx::SqliteConnection, record: &
                 .bind(&record.scope.run_id)
                 .bind(&expiration)
                 .bind(length)
-                .bind(i64::from(*tf));
+                .bind(i64::from(*tf))
+                .bind(record.state.status.as_str());
         }
         insert.execute(&mut *executor).await?;
     }
@@ -179,6 +187,57 @@ async fn known_hashes(
 }
 
 /// Applies a write inside an open transaction (see [`WriteSet`] for the order).
+/// Resolves the chains of the write's state keys again (the transaction is immediate: no other
+/// writer runs until it commits). The postings follow the status by trigger.
+async fn resolve_states(executor: &mut sqlx::SqliteConnection, write: &WriteSet) -> Result<()> {
+    for key in crate::store::keys_to_resolve(write) {
+        let rows = sqlx::query(
+            "select id, status, coalesce(event_time, created_at) as t, confidence, source_type, superseded_by, \
+             valid_to from memories where tenant = ? and state_key = ? and user_id is ? and agent_id is ? \
+             and run_id is ?",
+        )
+        .bind(&key.tenant)
+        .bind(&key.key)
+        .bind(&key.scope.user_id)
+        .bind(&key.scope.agent_id)
+        .bind(&key.scope.run_id)
+        .fetch_all(&mut *executor)
+        .await?;
+        let chain = rows
+            .iter()
+            .map(|row| {
+                let id: String = row.try_get("id")?;
+                let status: String = row.try_get("status")?;
+                let source: String = row.try_get("source_type")?;
+                let superseded_by: Option<String> = row.try_get("superseded_by")?;
+                let valid_to: Option<i64> = row.try_get("valid_to")?;
+                let confidence: f64 = row.try_get("confidence")?;
+                Ok(StateRow {
+                    id: super::parse_id(&id)?,
+                    status: MemoryStatus::parse(&status)
+                        .ok_or_else(|| Error::Internal(format!("stored status {status:?} is unknown")))?,
+                    time: from_micros(row.try_get("t")?)?,
+                    confidence: confidence as f32,
+                    source_type: SourceType::parse(&source)
+                        .ok_or_else(|| Error::Internal(format!("stored source_type {source:?} is unknown")))?,
+                    superseded_by: superseded_by.as_deref().map(super::parse_id).transpose()?,
+                    valid_to: valid_to.map(from_micros).transpose()?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for change in resolve(&chain) {
+            sqlx::query("update memories set status = ?, superseded_by = ?, valid_to = ? where id = ?")
+                .bind(change.status.as_str())
+                .bind(change.superseded_by.map(|id| id.to_string()))
+                .bind(change.valid_to.map(micros))
+                .bind(change.id.to_string())
+                .execute(&mut *executor)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
 pub(super) async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &WriteSet) -> Result<Applied> {
     let mut applied = Applied::default();
     for (id, expected) in &write.expect {
@@ -233,6 +292,7 @@ pub(super) async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &Writ
     for record in inserts.iter() {
         insert_one(executor, record).await?;
     }
+    resolve_states(executor, write).await?;
     for chunk in touched.chunks(FETCH_CHUNK) {
         let placeholders = vec!["?"; chunk.len()].join(", ");
         let statement = format!("delete from memory_entity_links where memory_id in ({placeholders})");
@@ -281,7 +341,8 @@ pub(super) async fn update_one(executor: &mut sqlx::SqliteConnection, record: &M
     sqlx::query(
         "update memories set memory = ?, hash = ?, metadata = ?, created_at = ?, updated_at = ?, \
          expiration_date = ?, text_lemmatized = ?, doc_len = ?, entities = ?, embedding = ?, source_type = ?, \
-         source_actor = ?, source_app = ?, evidence_ref = ?, confidence = ? where tenant = ? and id = ?",
+         source_actor = ?, source_app = ?, evidence_ref = ?, confidence = ?, state_key = ?, status = ?, \
+         superseded_by = ?, valid_to = ?, event_time = ? where tenant = ? and id = ?",
     )
     .bind(&record.memory)
     .bind(&record.hash)
@@ -298,6 +359,11 @@ pub(super) async fn update_one(executor: &mut sqlx::SqliteConnection, record: &M
     .bind(&record.provenance.source_app)
     .bind(&record.provenance.evidence_ref)
     .bind(record.provenance.stored_confidence())
+    .bind(&record.state.state_key)
+    .bind(record.state.status.as_str())
+    .bind(record.state.superseded_by.map(|id| id.to_string()))
+    .bind(record.state.valid_to.map(micros))
+    .bind(record.state.event_time.map(micros))
     .bind(&record.tenant)
     .bind(record.id.to_string())
     .execute(&mut *executor)

@@ -1,0 +1,190 @@
+//! Current truth over an append-only history, through the API: memories of one state key form a
+//! chain by event time whatever the arrival order; search and listing show the current value
+//! unless asked for the chain; people pin and retire; deleting the current value brings back the
+//! one before; the model proposes keys and sees them on existing memories. The rules themselves:
+//! `mem0_core::state` unit tests; both stores: `store_conformance::*::state_chains`.
+
+use std::collections::HashMap;
+
+use mem0_core::providers::llm::LlmProvider;
+use mem0_http_tests::{local_embedder, test_settings, texts, TestServer};
+use serde_json::{json, Value};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+async fn say(server: &TestServer, text: &str, event_time: &str) -> String {
+    let reply = server
+        .post(
+            "/memories",
+            json!({"messages": [{"role": "user", "content": text}], "user_id": "ann", "infer": false,
+                "state_key": "user.home_city", "event_time": event_time}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.body["results"][0]["id"].as_str().expect("id").to_owned()
+}
+
+/// `memory → (status, superseded_by memory)` of the whole chain.
+async fn chain(server: &TestServer) -> HashMap<String, (String, Option<String>)> {
+    let reply = server.get("/memories?user_id=ann&include_superseded=true").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let items = reply.body["results"].as_array().expect("results").clone();
+    let text_of = |id: &Value| {
+        items.iter().find(|item| &item["id"] == id).map(|item| item["memory"].as_str().unwrap().to_owned())
+    };
+    items
+        .iter()
+        .map(|item| {
+            (
+                item["memory"].as_str().unwrap().to_owned(),
+                (item["status"].as_str().unwrap().to_owned(), text_of(&item["superseded_by"])),
+            )
+        })
+        .collect()
+}
+
+fn entry(status: &str, by: Option<&str>) -> (String, Option<String>) {
+    (status.to_owned(), by.map(str::to_owned))
+}
+
+#[tokio::test]
+async fn the_newest_value_is_current_and_the_chain_stays_readable() {
+    let server = TestServer::start().await;
+    let new_york = say(&server, "I live in New York", "2026-01-05T00:00:00Z").await;
+    let san_francisco = say(&server, "I live in San Francisco", "2026-03-01T00:00:00Z").await;
+    // Told late, happened in between.
+    let boston = say(&server, "I live in Boston", "2026-02-01T00:00:00Z").await;
+    server.add_texts("ann", &["I like sourdough bread"], json!({})).await;
+
+    let found =
+        server.search_texts(json!({"query": "where does the user live", "user_id": "ann", "threshold": 0.0})).await;
+    assert_eq!(found[0], "I live in San Francisco", "{found:?}");
+    assert!(!found.iter().any(|text| text.contains("New York") || text.contains("Boston")), "{found:?}");
+    for mode in ["dense", "keyword"] {
+        let found = server
+            .search_texts(
+                json!({"query": "live York Boston Francisco", "user_id": "ann", "threshold": 0.0, "mode": mode}),
+            )
+            .await;
+        assert!(found.contains(&"I live in San Francisco".to_owned()), "{mode}: {found:?}");
+        assert!(!found.iter().any(|text| text.contains("New York") || text.contains("Boston")), "{mode}: {found:?}");
+    }
+    let mut listed = server.list_texts("user_id=ann").await;
+    listed.sort();
+    assert_eq!(listed, ["I like sourdough bread", "I live in San Francisco"]);
+
+    let all = server
+        .post(
+            "/search",
+            json!({"query": "where does the user live", "user_id": "ann", "threshold": 0.0, "include_superseded": true}),
+        )
+        .await;
+    assert_eq!(texts(&all.body["results"]).len(), 4, "{}", all.body);
+    assert_eq!(
+        chain(&server).await,
+        HashMap::from([
+            ("I live in New York".to_owned(), entry("superseded", Some("I live in Boston"))),
+            ("I live in Boston".to_owned(), entry("superseded", Some("I live in San Francisco"))),
+            ("I live in San Francisco".to_owned(), entry("active", None)),
+            ("I like sourdough bread".to_owned(), entry("active", None)),
+        ])
+    );
+    let old = server.get(&format!("/memories/{new_york}")).await;
+    assert_eq!(old.status, 200, "a superseded memory is still readable by id");
+    assert_eq!(old.body["valid_to"], "2026-02-01T00:00:00Z", "{}", old.body);
+    assert_eq!(old.body["event_time"], "2026-01-05T00:00:00Z");
+    let history = server.get(&format!("/memories/{new_york}/history")).await;
+    let events: Vec<&str> =
+        history.body.as_array().expect("history").iter().map(|entry| entry["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["ADD"], "the history stays append-only");
+
+    // People have the last word.
+    let pinned = server.put(&format!("/memories/{boston}"), json!({"status": "pinned"})).await;
+    assert_eq!(pinned.body["result"]["status"], "pinned", "{}", pinned.body);
+    assert_eq!(chain(&server).await["I live in San Francisco"], entry("superseded", Some("I live in Boston")));
+    assert_eq!(
+        server.search_texts(json!({"query": "where does the user live", "user_id": "ann"})).await[0],
+        "I live in Boston"
+    );
+    let retired = server.put(&format!("/memories/{boston}"), json!({"status": "retired"})).await;
+    assert_eq!(retired.body["result"]["status"], "retired", "{}", retired.body);
+    assert_eq!(chain(&server).await["I live in San Francisco"], entry("active", None));
+    assert_eq!(chain(&server).await["I live in New York"], entry("superseded", Some("I live in San Francisco")));
+    // Deleting the current value brings back the one before it.
+    assert_eq!(server.delete(&format!("/memories/{san_francisco}")).await.status, 200);
+    assert_eq!(chain(&server).await["I live in New York"], entry("active", None));
+    // Taking a memory out of its chain.
+    let unkeyed = server.put(&format!("/memories/{new_york}"), json!({"state_key": null})).await;
+    assert!(unkeyed.body["result"].get("state_key").is_none(), "{}", unkeyed.body);
+
+    for (body, field) in [
+        (json!({"status": "superseded"}), "status"),
+        (json!({"status": "gone"}), "status"),
+        (json!({"state_key": "home city"}), "state_key"),
+        (json!({"event_time": "last year"}), "event_time"),
+    ] {
+        let reply = server.put(&format!("/memories/{new_york}"), body.clone()).await;
+        assert_eq!((reply.status, &reply.body["details"]["field"]), (400, &json!(field)), "{body}: {}", reply.body);
+    }
+    let reply = server
+        .post(
+            "/memories",
+            json!({"messages": [{"role": "user", "content": "x"}], "user_id": "ann", "infer": false, "state_key": ""}),
+        )
+        .await;
+    assert_eq!((reply.status, &reply.body["details"]["field"]), (400, &json!("state_key")), "{}", reply.body);
+}
+
+#[tokio::test]
+async fn the_model_proposes_keys_and_sees_them_on_existing_memories() {
+    let llm = MockServer::start().await;
+    let reply = |text: &str| {
+        ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": json!({"facts": [
+                {"text": text, "attributed_to": "user", "entities": [], "state_key": "user.employer"}
+            ]}).to_string()}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5}
+        }))
+    };
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(reply("User works at Siemens"))
+        .up_to_n_times(1)
+        .mount(&llm)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(reply("User works at Bosch"))
+        .mount(&llm)
+        .await;
+    let mut settings = test_settings();
+    settings.memory.llm.provider = LlmProvider::Openai;
+    settings.memory.llm.openai.base_url = Some(format!("{}/v1", llm.uri()));
+    settings.memory.llm.openai.model = "fake-chat".to_owned();
+    let server = TestServer::start_with(settings, local_embedder().await).await;
+    let turn = |text: &str, at: &str| json!({"messages": [{"role": "user", "content": text}], "user_id": "ann", "timestamp": at});
+    assert_eq!(server.post("/memories", turn("I work at Siemens", "2026-01-10T09:00:00Z")).await.status, 200);
+    assert_eq!(server.post("/memories", turn("I switched to Bosch", "2026-04-02T09:00:00Z")).await.status, 200);
+    assert_eq!(
+        chain_of(&server).await,
+        [
+            ("User works at Bosch".to_owned(), "active".to_owned()),
+            ("User works at Siemens".to_owned(), "superseded".to_owned())
+        ]
+    );
+    let requests = llm.received_requests().await.expect("recorded");
+    let second = String::from_utf8_lossy(&requests[1].body).to_string();
+    assert!(second.contains("{user.employer} User works at Siemens"), "the model sees the key: {second}");
+}
+
+async fn chain_of(server: &TestServer) -> Vec<(String, String)> {
+    let reply = server.get("/memories?user_id=ann&include_superseded=true").await;
+    let mut out: Vec<(String, String)> = reply.body["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|item| (item["memory"].as_str().unwrap().to_owned(), item["status"].as_str().unwrap().to_owned()))
+        .collect();
+    out.sort();
+    out
+}
