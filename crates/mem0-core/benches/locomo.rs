@@ -87,6 +87,8 @@ struct Question {
 struct Stored {
     turns_of: HashMap<Uuid, Vec<String>>,
     offset_of: HashMap<(String, String), usize>,
+    /// The date of each conversation's last session: the reference time of its questions.
+    latest: HashMap<String, chrono::DateTime<chrono::Utc>>,
 }
 
 /// Sums of per-question scores over a set of questions.
@@ -199,6 +201,10 @@ async fn ingest(memory: &Memory, caller: &Caller, samples: &[Sample]) -> (Stored
         let ids: &mut HashSet<String> = known.entry(sample.sample_id.clone()).or_default();
         for (_, turns, date) in sessions(&sample.conversation) {
             undated += usize::from(date.is_none());
+            if let Some(date) = date {
+                let latest = stored.latest.entry(sample.sample_id.clone()).or_insert(date);
+                *latest = (*latest).max(date);
+            }
             // One message per memory: `join` turns, one per line, with their offsets.
             let mut contents: Vec<(String, Vec<String>, Option<String>)> = Vec::new();
             for group in turns.chunks(join) {
@@ -352,6 +358,9 @@ async fn run_mode(
             threshold: threshold(),
             show_expired: true,
             include_superseded: false,
+            // LOCOMO_TEMPORAL=1: read time in the questions, against the conversation's last session.
+            temporal: std::env::var("LOCOMO_TEMPORAL").is_ok_and(|value| value == "1"),
+            reference_time: question.scope.user_id.as_ref().and_then(|id| stored.latest.get(id)).copied(),
             mode,
             explain: false,
             rerank: false,

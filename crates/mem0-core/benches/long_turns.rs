@@ -138,6 +138,8 @@ fn search_request(user: &str, query: String, mode: SearchMode) -> SearchRequest 
         threshold: 0.0,
         show_expired: false,
         include_superseded: false,
+        temporal: false,
+        reference_time: None,
         mode,
         explain: false,
         rerank: false,

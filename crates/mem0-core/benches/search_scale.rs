@@ -251,6 +251,8 @@ async fn run_cell(
             threshold: 0.0,
             show_expired: false,
             include_superseded: false,
+            temporal: false,
+            reference_time: None,
             mode,
             explain: false,
             rerank: false,

@@ -27,16 +27,17 @@ Rules:
 8. entities: the specific people, places, organisations, products, projects, pets and other named things in the fact, spelled as in the fact. Not generic words such as "User", "friend" or "food".
 9. Never write down secrets or identifying numbers: passwords, API keys, tokens, private keys, payment card numbers, government ids. At most note that the user has one ("User has a company credit card"), never its value.
 10. state_key: when a fact is the current value of something that changes over time (where someone lives, their job, a preference, a project setting), give it a short dotted key such as "user.home_city", "user.employer" or "project.test_command". An Existing Memory shown as {key} text holds that key: reuse the key for a newer value of the same thing. Leave it out for events and other facts that do not replace each other.
+11. event_date (YYYY-MM-DD): when the fact says when it happened or began ("moved in March" → the first of that month); leave it out otherwise.
 
 Answer with one JSON object and nothing else:
-{"facts": [{"text": "...", "attributed_to": "user", "linked_memory_ids": ["2"], "entities": ["..."], "confidence": 0.9, "state_key": "user.home_city"}]}
+{"facts": [{"text": "...", "attributed_to": "user", "linked_memory_ids": ["2"], "entities": ["..."], "confidence": 0.9, "state_key": "user.home_city", "event_date": "2026-03-01"}]}
 attributed_to is "user" or "assistant": whose message the fact comes from. confidence (0 to 1): 0.9 for what was said plainly, lower for hedged, joking or uncertain statements. With nothing worth remembering, answer {"facts": []}.
 
 Example. Observation Date 2026-05-04 (Monday), no existing memories, new messages:
 user: My brother Tom starts at Google next week. I'm flying out to see him on Friday.
 assistant: Exciting! Want hotel suggestions near his place?
 Answer:
-{"facts": [{"text": "User's brother Tom starts a job at Google in the week of 2026-05-11", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom", "Google"], "confidence": 0.9, "state_key": "tom.employer"}, {"text": "User is flying to visit their brother Tom on 2026-05-08", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom"], "confidence": 0.9}]}"#;
+{"facts": [{"text": "User's brother Tom starts a job at Google in the week of 2026-05-11", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom", "Google"], "confidence": 0.9, "state_key": "tom.employer", "event_date": "2026-05-11"}, {"text": "User is flying to visit their brother Tom on 2026-05-08", "attributed_to": "user", "linked_memory_ids": [], "entities": ["Tom"], "confidence": 0.9, "event_date": "2026-05-08"}]}"#;
 
 /// Appended to the system prompt when the memories belong to an agent and no user.
 pub const AGENT_SUFFIX: &str = "\n\nThese memories belong to the agent, not to a user: write each fact as what the agent learned, was told or decided (\"Agent was told the deploy window is Friday 18:00 UTC\").";
@@ -159,6 +160,9 @@ pub struct ExtractedFact {
     pub confidence: Option<f32>,
     /// The attribute the fact is a current value of (`user.home_city`), when given and valid.
     pub state_key: Option<String>,
+    /// When what the fact says happened or began (`event_date`, `YYYY-MM-DD`), when given and
+    /// valid.
+    pub event_date: Option<chrono::NaiveDate>,
 }
 
 /// Reads the facts out of a model reply. Accepts `{"facts": [...]}`, `{"memory": [...]}`,
@@ -226,6 +230,10 @@ fn fact_from(item: &Value) -> Option<ExtractedFact> {
         .and_then(Value::as_str)
         .map(|key| key.trim().to_lowercase())
         .filter(|key| crate::state::check_key(key).is_ok());
+    let event_date = object
+        .and_then(|object| object.get("event_date"))
+        .and_then(Value::as_str)
+        .and_then(|date| chrono::NaiveDate::parse_from_str(date.trim(), "%Y-%m-%d").ok());
     Some(ExtractedFact {
         text,
         attributed_to,
@@ -233,6 +241,7 @@ fn fact_from(item: &Value) -> Option<ExtractedFact> {
         entities: strings("entities"),
         confidence,
         state_key,
+        event_date,
     })
 }
 
@@ -396,13 +405,16 @@ mod tests {
             {"text": "Maria works at Siemens", "attributed_to": "USER", "linked_memory_ids": ["2", 3, ""], "entities": ["Maria", " Siemens "], "confidence": 0.6},
             {"text": "  ", "attributed_to": "user"},
             {"text": "User was recommended Kyoto", "attributed_to": "robot", "confidence": 7},
-            {"text": "User may move to Oslo", "confidence": "likely", "state_key": "User.Home_City"},
+            {"text": "User may move to Oslo", "confidence": "likely", "state_key": "User.Home_City", "event_date": "2026-02-30"},
+            {"text": "User moved to Porto", "event_date": "2026-03-01"},
             {"text": "User likes tea", "state_key": "not a key"}
         ]}"#;
         let facts = parse_facts(reply).expect("parses");
-        assert_eq!(facts.len(), 4);
+        assert_eq!(facts.len(), 5);
+        assert_eq!(facts[3].event_date, chrono::NaiveDate::from_ymd_opt(2026, 3, 1));
+        assert_eq!(facts[2].event_date, None, "not a date");
         assert_eq!(facts[2].state_key.as_deref(), Some("user.home_city"), "keys are lower-cased");
-        assert_eq!((&facts[0].state_key, &facts[3].state_key), (&None, &None), "absent or invalid");
+        assert_eq!((&facts[0].state_key, &facts[4].state_key), (&None, &None), "absent or invalid");
         assert_eq!(facts[0].confidence, Some(0.6));
         assert_eq!((facts[1].confidence, facts[2].confidence), (None, None), "out of range or not a number");
         assert_eq!(facts[0].attributed_to.as_deref(), Some("user"));

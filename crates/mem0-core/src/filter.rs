@@ -134,6 +134,11 @@ pub enum TimeField {
     CreatedAt,
     /// `updated_at`.
     UpdatedAt,
+    /// `event_time`: when what the memory says took effect, else its observation time
+    /// (`created_at`).
+    EventTime,
+    /// `valid_to`: when a superseded value stopped being true.
+    ValidTo,
 }
 
 impl TimeField {
@@ -142,6 +147,8 @@ impl TimeField {
         match self {
             Self::CreatedAt => "created_at",
             Self::UpdatedAt => "updated_at",
+            Self::EventTime => "coalesce(event_time, created_at)",
+            Self::ValidTo => "valid_to",
         }
     }
 }
@@ -364,6 +371,8 @@ fn parse_field_name(key: &str) -> Result<Field> {
         "confidence" => Field::Number(NumberField::Confidence),
         "created_at" => Field::Time(TimeField::CreatedAt),
         "updated_at" => Field::Time(TimeField::UpdatedAt),
+        "event_time" => Field::Time(TimeField::EventTime),
+        "valid_to" => Field::Time(TimeField::ValidTo),
         _ => {
             validate_metadata_key(key)?;
             Field::Metadata(key.to_owned())

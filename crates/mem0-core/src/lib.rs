@@ -22,6 +22,7 @@ pub mod retrieval;
 pub mod scope;
 pub mod state;
 pub mod store;
+pub mod temporal;
 pub mod text;
 pub mod types;
 

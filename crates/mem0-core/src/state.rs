@@ -103,6 +103,26 @@ pub fn check_key(key: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// What is embedded for a memory that is a value of `key`: the key's words before the text
+/// (`user.employer` + "I joined Acme" → "employer: I joined Acme"), so "where does the user work?"
+/// finds the value that never says "work". A leading `user` adds nothing and is left out. Without
+/// a key, the text alone.
+pub fn embedding_text(key: Option<&str>, text: &str) -> String {
+    let Some(key) = key else { return text.to_owned() };
+    let words: Vec<&str> = key
+        .split(['.', '_', '-', ':'])
+        .filter(|word| !word.is_empty())
+        .enumerate()
+        .filter(|(index, word)| !(*index == 0 && word.eq_ignore_ascii_case("user")))
+        .map(|(_, word)| word)
+        .collect();
+    if words.is_empty() {
+        text.to_owned()
+    } else {
+        format!("{}: {text}", words.join(" "))
+    }
+}
+
 /// The better of two memories to stand for a group of equal time: higher confidence, then the
 /// more trusted source, then the later arrival (ids are time-ordered).
 fn better(a: &StateRow, b: &StateRow) -> Ordering {
@@ -291,6 +311,14 @@ mod tests {
         apply(&mut chain);
         chain[1].status = Retired;
         assert_eq!(apply(&mut chain), vec![(1, Active, None, None), (2, Retired, None, None)]);
+    }
+
+    #[test]
+    fn keys_lend_their_words_to_the_embedding() {
+        assert_eq!(embedding_text(Some("user.employer"), "I joined Acme"), "employer: I joined Acme");
+        assert_eq!(embedding_text(Some("project.test_command"), "Run make"), "project test command: Run make");
+        assert_eq!(embedding_text(Some("user"), "x"), "x");
+        assert_eq!(embedding_text(None, "x"), "x");
     }
 
     #[test]

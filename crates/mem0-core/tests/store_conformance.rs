@@ -433,7 +433,11 @@ async fn check_state_chains(store: &dyn VectorStore) {
         include_superseded: true,
         ..query("t", "u", None)
     };
-    assert_eq!(store.list(&keyed, None, 100).await.expect("list").records.len(), 3, "New York, Boston, the agent's Lisbon");
+    assert_eq!(
+        store.list(&keyed, None, 100).await.expect("list").records.len(),
+        3,
+        "New York, Boston, the agent's Lisbon"
+    );
     let superseded = ScopedQuery {
         filter: Some(parse_filter(&json!({"status": "superseded"})).expect("filter")),
         include_superseded: true,

@@ -59,6 +59,8 @@ async fn old_rows_get_keyword_postings_and_entity_links() {
         threshold: 0.0,
         show_expired: false,
         include_superseded: false,
+        temporal: false,
+        reference_time: None,
         mode: SearchMode::Keyword,
         explain: true,
         rerank: false,

@@ -188,3 +188,50 @@ async fn chain_of(server: &TestServer) -> Vec<(String, String)> {
     out.sort();
     out
 }
+
+#[tokio::test]
+async fn time_in_the_query_reaches_back_into_the_chain() {
+    let server = TestServer::start().await;
+    say(&server, "I live in New York", "2024-06-01T00:00:00Z").await;
+    say(&server, "I live in San Francisco", "2026-03-01T00:00:00Z").await;
+    let ask = |query: &str| {
+        json!({"query": query, "user_id": "ann", "threshold": 0.0, "explain": true,
+            "reference_time": "2026-12-01T10:00:00Z"})
+    };
+    // Last year (2025) New York was true: it ended in March 2026.
+    let last_year = server.post("/search", ask("Where did I live last year?")).await;
+    assert_eq!(last_year.status, 200, "{}", last_year.body);
+    assert_eq!(texts(&last_year.body["results"]), ["I live in New York"], "{}", last_year.body);
+    assert_eq!(last_year.body["temporal"]["cue"], "last year");
+    assert_eq!(last_year.body["temporal"]["from"], "2025-01-01T00:00:00Z");
+    let chinese = server.post("/search", ask("我去年住在哪里")).await;
+    assert_eq!(texts(&chinese.body["results"]), ["I live in New York"], "{}", chinese.body);
+    // This year both were true at some moment.
+    let mut this_year = texts(&server.post("/search", ask("Where did I live this year?")).await.body["results"]);
+    this_year.sort();
+    assert_eq!(this_year, ["I live in New York", "I live in San Francisco"]);
+    // Yesterday the current value was true.
+    let yesterday = server.post("/search", ask("Where did I live yesterday?")).await;
+    assert_eq!(texts(&yesterday.body["results"]), ["I live in San Francisco"], "{}", yesterday.body);
+    // A range nothing matches: the search runs without it and says so.
+    let empty = server.post("/search", ask("Where did I live in 2020?")).await;
+    assert_eq!(texts(&empty.body["results"]), ["I live in San Francisco"], "{}", empty.body);
+    assert!(empty.body["warnings"][0].as_str().is_some_and(|warning| warning.contains("in 2020")), "{}", empty.body);
+    // A preference weighs by age and shows in explain; "the first time" looks at past values too.
+    let now = server.post("/search", ask("Where do I live currently?")).await;
+    assert_eq!(now.body["temporal"]["preference"], "recent", "{}", now.body);
+    assert!(now.body["results"][0]["explain"]["time_factor"].as_f64().is_some(), "{}", now.body);
+    let first = server.post("/search", ask("Where did I live at first?")).await;
+    assert_eq!(texts(&first.body["results"])[0], "I live in New York", "{}", first.body);
+    // Off on request.
+    let off = server
+        .post(
+            "/search",
+            json!({"query": "Where did I live last year?", "user_id": "ann", "threshold": 0.0, "temporal": false}),
+        )
+        .await;
+    assert_eq!(texts(&off.body["results"]), ["I live in San Francisco"], "{}", off.body);
+    assert!(off.body.get("temporal").is_none());
+    let bad = server.post("/search", json!({"query": "x", "user_id": "ann", "reference_time": "tomorrow"})).await;
+    assert_eq!((bad.status, &bad.body["details"]["field"]), (400, &json!("reference_time")), "{}", bad.body);
+}

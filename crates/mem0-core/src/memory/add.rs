@@ -115,7 +115,9 @@ impl Memory {
             texts.push(text);
         }
         let names: Vec<Vec<String>> = texts.iter().map(|text| entities::names_in(text)).collect();
-        let (embeddings, name_vectors) = self.embed_with_entities(&texts, &names).await?;
+        let embedded: Vec<String> =
+            texts.iter().map(|text| crate::state::embedding_text(request.state_key.as_deref(), text)).collect();
+        let (embeddings, name_vectors) = self.embed_with_entities(&embedded, &names).await?;
         let now = stored_now();
         let created_at = request.timestamp.map(|at| at.trunc_subsecs(6)).unwrap_or(now);
         let records: Vec<MemoryRecord> = sources
@@ -136,7 +138,7 @@ impl Memory {
                     None,
                     None,
                 ),
-                state: request.state(None),
+                state: request.state(None, None),
                 ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), text, embedding, created_at)
             })
             .collect();
@@ -227,10 +229,16 @@ impl Memory {
                 said.into_iter().skip(skip).collect()
             },
         };
-        let texts: Vec<String> = kept.iter().map(|fact| fact.text.clone()).collect();
         let names: Vec<Vec<String>> = kept.iter().map(|fact| entities::clean(fact.entities.clone())).collect();
         let evidence = format!("messages:{}", buffered.id);
-        let (embeddings, name_vectors) = self.embed_with_entities(&texts, &names).await?;
+        let embedded: Vec<String> = kept
+            .iter()
+            .map(|fact| {
+                let key = request.state_key.as_deref().or(fact.state_key.as_deref());
+                crate::state::embedding_text(key, &fact.text)
+            })
+            .collect();
+        let (embeddings, name_vectors) = self.embed_with_entities(&embedded, &names).await?;
         let records: Vec<MemoryRecord> = kept
             .into_iter()
             .zip(embeddings)
@@ -248,7 +256,10 @@ impl Memory {
                     Some(&evidence),
                     fact.confidence,
                 ),
-                state: request.state(fact.state_key.as_deref()),
+                state: request.state(
+                    fact.state_key.as_deref(),
+                    fact.event_date.and_then(|date| date.and_hms_opt(0, 0, 0)).map(|time| time.and_utc()),
+                ),
                 ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), fact.text, embedding, observed_at)
             })
             .collect();
@@ -380,7 +391,7 @@ impl Memory {
             expiration_date: request.expiration_date,
             memory_type: Some("procedural_memory".to_owned()),
             provenance: request.source.provenance(caller, SourceType::AgentInferred, None, None, None),
-            state: request.state(None),
+            state: request.state(None, None),
             ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), summary, embedding, observed_at)
         };
         let records = vec![record];

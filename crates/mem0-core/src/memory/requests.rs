@@ -103,12 +103,16 @@ pub struct AddRequest {
 }
 
 impl AddRequest {
-    /// The state of a new memory of this call: the caller's key (else `proposed`, a key the model
-    /// gave the fact) and event time; the resolver sets the status in the write transaction.
-    pub(crate) fn state(&self, proposed: Option<&str>) -> crate::types::StateInfo {
+    /// The state of a new memory of this call: the caller's key and event time (else those the
+    /// model gave the fact); the resolver sets the status in the write transaction.
+    pub(crate) fn state(
+        &self,
+        proposed: Option<&str>,
+        proposed_time: Option<DateTime<Utc>>,
+    ) -> crate::types::StateInfo {
         crate::types::StateInfo {
             state_key: self.state_key.clone().or_else(|| proposed.map(str::to_owned)),
-            event_time: self.event_time,
+            event_time: self.event_time.or(proposed_time),
             ..crate::types::StateInfo::default()
         }
     }
@@ -236,6 +240,10 @@ pub struct SearchRequest {
     pub show_expired: bool,
     /// Include `superseded` and `retired` memories.
     pub include_superseded: bool,
+    /// Read the query's temporal intent ([`crate::temporal`]) and apply it.
+    pub temporal: bool,
+    /// The time relative expressions in the query are read against (default: now).
+    pub reference_time: Option<DateTime<Utc>>,
     /// Which retrievers produce candidates.
     pub mode: SearchMode,
     /// Return each result's score components.
@@ -264,6 +272,8 @@ pub struct SearchOutcome {
     pub results: Vec<MemoryItem>,
     /// Things the caller should know (e.g. a reranker that failed and was skipped).
     pub warnings: Vec<String>,
+    /// What the query said about time, when it said something and `temporal` was on.
+    pub temporal: Option<crate::temporal::TemporalIntent>,
 }
 
 /// Input of [`Memory::update`]; at least one field must be present.

@@ -1,14 +1,18 @@
 //! Searching memories: dense, keyword or hybrid retrieval, the threshold, and reranking.
 
+use chrono::{DateTime, Utc};
 use tracing::{instrument, warn};
 use uuid::Uuid;
 
 use super::limits::{check_bound, MAX_QUERY_BYTES};
 use super::{Memory, SearchMode, SearchOutcome, SearchRequest};
 use crate::error::{Error, Result};
+use crate::filter::{Condition, Field, Filter, Operand, Operator, Scalar, TextField, TimeField};
 use crate::history::AuditAction;
 use crate::retrieval::{self, ScoreExplanation};
 use crate::scope::{Caller, Role};
+use crate::store::ScopedQuery;
+use crate::temporal::{self, TimePreference};
 use crate::text;
 use crate::types::{MemoryItem, MemoryRecord};
 
@@ -38,39 +42,48 @@ impl Memory {
         if !(0.0..=1.0).contains(&request.threshold) {
             return Err(Error::validation("threshold", "must be between 0 and 1"));
         }
-        let mut query = self.scoped_query(caller, request.scope, request.filter, request.show_expired);
+        let mut query = self.scoped_query(caller, request.scope.clone(), request.filter.clone(), request.show_expired);
         query.include_superseded = request.include_superseded;
-        let mut scored: Vec<(MemoryRecord, ScoreExplanation)> = match request.mode {
-            SearchMode::Dense => {
-                let vector = self.embedder.embed(query_text).await?;
-                let hits = self.store.search(&query, &vector, request.top_k, request.threshold).await?;
-                hits.into_iter()
-                    .map(|hit| {
-                        let explanation =
-                            ScoreExplanation::new([hit.score, 0.0, 0.0], 0.0, [1.0, 0.0, 0.0], vec!["dense".into()]);
-                        (hit.record, explanation)
-                    })
-                    .collect()
+        let intent = request
+            .temporal
+            .then(|| temporal::parse(query_text, request.reference_time.unwrap_or_else(Utc::now)))
+            .flatten();
+        let mut warnings = Vec::new();
+        let mut scored = match intent.as_ref().and_then(|intent| intent.from.zip(intent.to)) {
+            Some((from, to)) => {
+                // The past is asked for: values superseded since count, within the range.
+                let windowed = ScopedQuery {
+                    include_superseded: true,
+                    filter: Some(match query.filter.clone() {
+                        Some(filter) => Filter::And(vec![filter, time_window(from, to)]),
+                        None => time_window(from, to),
+                    }),
+                    ..query.clone()
+                };
+                let found = self.retrieve(&windowed, query_text, &request).await?;
+                if found.is_empty() {
+                    warnings.push(format!(
+                        "nothing matched the time the query names ({}); the results are not limited to it",
+                        intent.as_ref().map_or("", |intent| intent.cue.as_str())
+                    ));
+                    self.retrieve(&query, query_text, &request).await?
+                } else {
+                    found
+                }
             }
-            SearchMode::Keyword => {
-                let (bm25, top) = self.retriever.bm25(&query, query_text, request.top_k).await?;
-                let ids: Vec<Uuid> = top.into_iter().map(|(id, _)| id).collect();
-                self.store
-                    .get_many(&caller.tenant, &ids)
-                    .await?
-                    .into_iter()
-                    .map(|record| {
-                        let raw = bm25.score_text(&record.text_lemmatized);
-                        let signals = [0.0, bm25.normalised(raw), 0.0];
-                        (record, ScoreExplanation::new(signals, raw as f32, [0.0, 1.0, 0.0], vec!["keyword".into()]))
-                    })
-                    .collect()
+            None => {
+                if intent.as_ref().and_then(|intent| intent.preference) == Some(TimePreference::Oldest) {
+                    // "The first time": earlier values of a state key count.
+                    query.include_superseded = true;
+                }
+                self.retrieve(&query, query_text, &request).await?
             }
-            SearchMode::Hybrid => self.retriever.hybrid(&query, query_text, request.top_k).await?,
         };
+        if let Some(preference) = intent.as_ref().and_then(|intent| intent.preference) {
+            prefer_by_age(&mut scored, preference);
+        }
         scored.retain(|(_, explanation)| retrieval::clears_threshold(explanation, request.threshold));
         scored.sort_by(|a, b| b.1.score().total_cmp(&a.1.score()).then_with(|| a.0.id.cmp(&b.0.id)));
-        let mut warnings = Vec::new();
         let mut rerank_scores: Option<Vec<f32>> = None;
         if request.rerank {
             match &self.reranker {
@@ -111,6 +124,83 @@ impl Memory {
         }
         results.truncate(request.top_k);
         self.audit(caller, AuditAction::SearchHit, results.iter().map(|item| item.id));
-        Ok(SearchOutcome { results, warnings })
+        Ok(SearchOutcome { results, warnings, temporal: intent })
+    }
+
+    /// Candidates of `query` with their score explanations, by the request's mode.
+    async fn retrieve(
+        &self,
+        query: &ScopedQuery,
+        query_text: &str,
+        request: &SearchRequest,
+    ) -> Result<Vec<(MemoryRecord, ScoreExplanation)>> {
+        Ok(match request.mode {
+            SearchMode::Dense => {
+                let vector = self.embedder.embed(query_text).await?;
+                let hits = self.store.search(query, &vector, request.top_k, request.threshold).await?;
+                hits.into_iter()
+                    .map(|hit| {
+                        let explanation =
+                            ScoreExplanation::new([hit.score, 0.0, 0.0], 0.0, [1.0, 0.0, 0.0], vec!["dense".into()]);
+                        (hit.record, explanation)
+                    })
+                    .collect()
+            }
+            SearchMode::Keyword => {
+                let (bm25, top) = self.retriever.bm25(query, query_text, request.top_k).await?;
+                let ids: Vec<Uuid> = top.into_iter().map(|(id, _)| id).collect();
+                self.store
+                    .get_many(&query.tenant, &ids)
+                    .await?
+                    .into_iter()
+                    .map(|record| {
+                        let raw = bm25.score_text(&record.text_lemmatized);
+                        let signals = [0.0, bm25.normalised(raw), 0.0];
+                        (record, ScoreExplanation::new(signals, raw as f32, [0.0, 1.0, 0.0], vec!["keyword".into()]))
+                    })
+                    .collect()
+            }
+            SearchMode::Hybrid => self.retriever.hybrid(query, query_text, request.top_k).await?,
+        })
+    }
+}
+
+/// Memories that were true at some moment in `[from, to)`: a value of a state key from its event
+/// time (else observation time) until its `valid_to`; any other memory by its event time (else
+/// observation time) alone.
+fn time_window(from: DateTime<Utc>, to: DateTime<Utc>) -> Filter {
+    let condition = |field: Field, op: Operator, value: Scalar| {
+        Filter::Condition(Condition { field, op, value: Operand::One(value) })
+    };
+    let when = || Field::Time(TimeField::EventTime);
+    let keyed = || condition(Field::Text(TextField::StateKey), Operator::Gte, Scalar::Text(String::new()));
+    Filter::Or(vec![
+        Filter::And(vec![
+            Filter::Not(Box::new(keyed())),
+            condition(when(), Operator::Gte, Scalar::Time(from)),
+            condition(when(), Operator::Lt, Scalar::Time(to)),
+        ]),
+        Filter::And(vec![
+            keyed(),
+            condition(when(), Operator::Lt, Scalar::Time(to)),
+            // A value still current has no end (null compares false, and NOT makes it true).
+            Filter::Not(Box::new(condition(Field::Time(TimeField::ValidTo), Operator::Lte, Scalar::Time(from)))),
+        ]),
+    ])
+}
+
+/// Re-weighs fused scores by age among the candidates: the newest (or, for `Oldest`, the oldest)
+/// ×1.1, the other end ×0.9, linear between; recorded as the explanation's `time_factor`.
+fn prefer_by_age(scored: &mut [(MemoryRecord, ScoreExplanation)], preference: TimePreference) {
+    let times: Vec<i64> = scored.iter().map(|(record, _)| record.effective_time().timestamp_micros()).collect();
+    let (Some(oldest), Some(newest)) = (times.iter().min(), times.iter().max()) else { return };
+    let span = (newest - oldest) as f64;
+    for ((_, explanation), time) in scored.iter_mut().zip(&times) {
+        let age = if span > 0.0 { (time - oldest) as f64 / span } else { 1.0 };
+        let newness = match preference {
+            TimePreference::Recent => age,
+            TimePreference::Oldest => 1.0 - age,
+        };
+        explanation.time_factor = Some((0.9 + 0.2 * newness) as f32);
     }
 }

@@ -268,16 +268,22 @@ impl Memory {
         let mut updated = old.clone();
         // A new text gets new entities (the store keeps the old links for an undo).
         let mut relink: Option<Vec<EntityLink>> = None;
+        // The key lends its words to the embedding (see `state::embedding_text`).
+        let new_key = request.state_key.clone().unwrap_or_else(|| old.state.state_key.clone());
         if let Some(text) = new_text.filter(|text| *text != old.memory) {
             let names = entities::names_in(&text);
+            let embedded = crate::state::embedding_text(new_key.as_deref(), &text);
             let (mut vectors, name_vectors) =
-                self.embed_with_entities(std::slice::from_ref(&text), std::slice::from_ref(&names)).await?;
+                self.embed_with_entities(std::slice::from_ref(&embedded), std::slice::from_ref(&names)).await?;
             updated.embedding = vectors.pop().ok_or_else(|| Error::Internal("embedder returned no vector".into()))?;
             updated.hash = memory_hash(&text);
             updated.text_lemmatized = analysis::lemmatize(&text);
             updated.memory = text;
             updated.entities = names;
             relink = Some(entity_links(std::slice::from_ref(&updated), &name_vectors, "proper"));
+        } else if new_key != old.state.state_key {
+            let embedded = crate::state::embedding_text(new_key.as_deref(), &old.memory);
+            updated.embedding = self.embedder.embed(&embedded).await?;
         }
         if let Some(metadata) = metadata_update {
             updated.metadata.extend(metadata);

@@ -279,6 +279,10 @@ pub struct ScoreExplanation {
     pub contributions: Contributions,
     /// Retrievers that proposed the memory: `dense`, `keyword`, `entity`.
     pub sources: Vec<String>,
+    /// The query asked for the newest or the oldest (see [`crate::temporal`]): the fused score
+    /// times this factor, 0.9–1.1 by the memory's age among the results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_factor: Option<f32>,
 }
 
 /// The weighted parts of a score.
@@ -320,12 +324,14 @@ impl ScoreExplanation {
                 entity: weights[2] * entity,
             },
             sources,
+            time_factor: None,
         }
     }
 
-    /// The fused score: the sum of the contributions.
+    /// The fused score: the sum of the contributions, times the time factor when there is one.
     pub fn score(&self) -> f32 {
-        (self.contributions.semantic + self.contributions.keyword + self.contributions.entity).clamp(0.0, 1.0)
+        let fused = self.contributions.semantic + self.contributions.keyword + self.contributions.entity;
+        (fused * self.time_factor.unwrap_or(1.0)).clamp(0.0, 1.0)
     }
 }
 

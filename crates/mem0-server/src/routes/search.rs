@@ -3,6 +3,7 @@
 use axum::extract::State;
 use mem0_core::filter::parse_filters;
 use mem0_core::memory::{SearchMode, SearchRequest as CoreSearchRequest, DEFAULT_THRESHOLD, DEFAULT_TOP_K};
+use mem0_core::temporal::TemporalIntent;
 use mem0_core::Scope;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -57,6 +58,17 @@ pub struct SearchRequest {
     /// false): the whole chain, each with `status`, `superseded_by` and `valid_to`.
     #[serde(default)]
     pub include_superseded: Option<bool>,
+    /// Read time in the query (default true): a range ("last year", "in May", "3 weeks ago",
+    /// "去年", "上个月") keeps memories true at some moment in it, superseded values included (if
+    /// none is, the search runs without it and says so in `warnings`); "currently"/"现在" or "the
+    /// first time"/"第一次" weigh results by age (×0.9–1.1, `explain.time_factor`).
+    #[serde(default)]
+    pub temporal: Option<bool>,
+    /// The time relative expressions are read against (RFC 3339; default now), e.g. the date of the
+    /// conversation a question comes from.
+    #[serde(default)]
+    #[schema(format = DateTime, example = "2026-12-01T10:00:00Z")]
+    pub reference_time: Option<String>,
     /// Retrievers to use (default `hybrid`).
     #[serde(default)]
     pub mode: Option<SearchModeInput>,
@@ -100,6 +112,10 @@ pub struct SearchResponse {
     /// Things to know although the search succeeded (e.g. a reranker that failed and was skipped).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// What the query said about time ("last year", "in May", "currently", "the first time",
+    /// "去年", "现在"…) and how it was applied; absent when it said nothing or `temporal` is off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temporal: Option<TemporalIntent>,
 }
 
 /// Search the memories of a scope: hybrid (embeddings, BM25, entities), dense or keyword
@@ -133,6 +149,15 @@ pub async fn search_memories(
         body.scope.agent_id.as_deref().or(filter_scope.agent_id.as_deref()),
         body.scope.run_id.as_deref().or(filter_scope.run_id.as_deref()),
     )?;
+    let reference_time = body
+        .reference_time
+        .as_deref()
+        .map(|raw| {
+            chrono::DateTime::parse_from_rfc3339(raw.trim())
+                .map(|time| time.with_timezone(&chrono::Utc))
+                .map_err(|_| ApiError::validation("reference_time", "expected RFC 3339"))
+        })
+        .transpose()?;
     let request = CoreSearchRequest {
         scope,
         filter,
@@ -141,10 +166,12 @@ pub async fn search_memories(
         threshold: body.threshold.unwrap_or(DEFAULT_THRESHOLD),
         show_expired: body.show_expired.unwrap_or(false),
         include_superseded: body.include_superseded.unwrap_or(false),
+        temporal: body.temporal.unwrap_or(true),
+        reference_time,
         mode: body.mode.map(SearchMode::from).unwrap_or_default(),
         explain: body.explain.unwrap_or(false),
         rerank: body.rerank.unwrap_or(false),
     };
     let outcome = state.memory().search(&caller, request).await?;
-    Ok(AppJson(SearchResponse { results: outcome.results, warnings: outcome.warnings }))
+    Ok(AppJson(SearchResponse { results: outcome.results, warnings: outcome.warnings, temporal: outcome.temporal }))
 }

@@ -1,0 +1,412 @@
+//! Temporal intent of a query, read without a model, in English and Chinese: a time range ("last
+//! year", "in May", "3 weeks ago", "2025年", "上个月") or a preference ("currently", "these days",
+//! "现在" → the newest; "the first time", "originally", "第一次" → the oldest), against the
+//! request's reference time. Search turns a range into a filter on when a memory was true (its
+//! event time, else its observation time; a value of a state key until its `valid_to`) and looks
+//! at superseded values too, since the past is what is asked for; a preference re-weighs the
+//! results by age. Both show in `explain`.
+
+use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
+use serde::Serialize;
+
+/// Which end of time a query prefers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum TimePreference {
+    /// The newest ("currently", "these days", "现在").
+    Recent,
+    /// The oldest ("the first time", "originally", "第一次").
+    Oldest,
+}
+
+/// What a query says about time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TemporalIntent {
+    /// The words that said it.
+    pub cue: String,
+    /// Start of the range asked about (inclusive).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<DateTime<Utc>>,
+    /// End of the range (exclusive).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub to: Option<DateTime<Utc>>,
+    /// Newest or oldest first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preference: Option<TimePreference>,
+}
+
+impl TemporalIntent {
+    fn range(cue: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Self {
+        Self { cue: cue.to_owned(), from: Some(from), to: Some(to), preference: None }
+    }
+
+    fn prefer(cue: &str, preference: TimePreference) -> Self {
+        Self { cue: cue.to_owned(), from: None, to: None, preference: Some(preference) }
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
+const CHINESE_DIGITS: [&str; 12] = ["一", "二", "三", "四", "五", "六", "七", "八", "九", "十", "十一", "十二"];
+
+fn day_start(date: NaiveDate) -> DateTime<Utc> {
+    Utc.from_utc_datetime(&date.and_hms_opt(0, 0, 0).expect("midnight"))
+}
+
+fn month_start(year: i32, month: u32) -> DateTime<Utc> {
+    day_start(NaiveDate::from_ymd_opt(year, month, 1).expect("valid month"))
+}
+
+fn next_month(year: i32, month: u32) -> DateTime<Utc> {
+    if month == 12 {
+        month_start(year + 1, 1)
+    } else {
+        month_start(year, month + 1)
+    }
+}
+
+fn year_range(cue: &str, year: i32) -> Option<TemporalIntent> {
+    (1900..=2200).contains(&year).then(|| TemporalIntent::range(cue, month_start(year, 1), month_start(year + 1, 1)))
+}
+
+/// The month `month` (1–12) of `year`, or without a year its latest occurrence that has begun by
+/// `now` (a memory holds the past: "what did I plan for May" asked in December is the May just
+/// past; a plan stored with a future event time is still found, the search then runs without the
+/// range and says so).
+fn nearest_month(cue: &str, month: u32, year: Option<i32>, now: DateTime<Utc>) -> TemporalIntent {
+    let year = year.unwrap_or_else(|| if month <= now.month() { now.year() } else { now.year() - 1 });
+    TemporalIntent::range(cue, month_start(year, month), next_month(year, month))
+}
+
+/// Words of `text` (lower-cased ASCII letters and digits).
+fn words(text: &str) -> Vec<String> {
+    text.to_lowercase()
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn has_phrase(words: &[String], phrase: &str) -> bool {
+    let wanted: Vec<&str> = phrase.split(' ').collect();
+    words.windows(wanted.len()).any(|window| window.iter().zip(&wanted).all(|(word, want)| word == want))
+}
+
+/// Reads the temporal intent of `query` asked at `now`; `None` when it says nothing about time.
+/// A range wins over a preference when both are present.
+pub fn parse(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
+    english(query, now).or_else(|| chinese(query, now))
+}
+
+fn english(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
+    let words = words(query);
+    let today = day_start(now.date_naive());
+    let this_year = now.year();
+    let week_start = today - Duration::days(i64::from(now.weekday().num_days_from_monday()));
+    let last_month = if now.month() == 1 { (this_year - 1, 12) } else { (this_year, now.month() - 1) };
+    let ranges: [(&str, DateTime<Utc>, DateTime<Utc>); 8] = [
+        ("last year", month_start(this_year - 1, 1), month_start(this_year, 1)),
+        ("this year", month_start(this_year, 1), month_start(this_year + 1, 1)),
+        ("last month", month_start(last_month.0, last_month.1), next_month(last_month.0, last_month.1)),
+        ("this month", month_start(this_year, now.month()), next_month(this_year, now.month())),
+        ("last week", week_start - Duration::days(7), week_start),
+        ("this week", week_start, week_start + Duration::days(7)),
+        ("yesterday", today - Duration::days(1), today),
+        ("today", today, today + Duration::days(1)),
+    ];
+    for (phrase, from, to) in ranges {
+        if has_phrase(&words, phrase) {
+            return Some(TemporalIntent::range(phrase, from, to));
+        }
+    }
+    // "3 weeks ago", "two years ago": a window of one unit around that time.
+    for (index, word) in words.iter().enumerate() {
+        if word != "ago" || index < 2 {
+            continue;
+        }
+        let count = match words[index - 2].as_str() {
+            "a" | "one" => Some(1),
+            "two" => Some(2),
+            "three" => Some(3),
+            "four" => Some(4),
+            "five" => Some(5),
+            "six" => Some(6),
+            other => other.parse::<i64>().ok().filter(|count| (1..=100).contains(count)),
+        };
+        let unit = match words[index - 1].trim_end_matches('s') {
+            "day" => Some(Duration::days(1)),
+            "week" => Some(Duration::days(7)),
+            "month" => Some(Duration::days(30)),
+            "year" => Some(Duration::days(365)),
+            _ => None,
+        };
+        if let (Some(count), Some(unit)) = (count, unit) {
+            let centre = now - unit * count as i32;
+            let cue = format!("{} {} ago", words[index - 2], words[index - 1]);
+            return Some(TemporalIntent::range(&cue, centre - unit / 2, centre + unit / 2));
+        }
+    }
+    // "in May", "May 2025", "for March", "on June 3": month names are also words ("may", "march",
+    // "august") and names ("June"), so only after a preposition or before a year or a day.
+    for (index, word) in words.iter().enumerate() {
+        let named = MONTHS.iter().position(|name| {
+            name == word
+                || (word.len() >= 3
+                    && name.starts_with(word.as_str())
+                    && matches!(
+                        word.as_str(),
+                        "jan" | "feb" | "apr" | "jun" | "jul" | "aug" | "sep" | "sept" | "oct" | "nov" | "dec"
+                    ))
+        });
+        if let Some(month) = named {
+            let next = words.get(index + 1).and_then(|next| next.parse::<i32>().ok());
+            let year = next.filter(|year| (1900..=2200).contains(year));
+            let day = next.filter(|day| (1..=31).contains(day));
+            let introduced = index > 0
+                && matches!(
+                    words[index - 1].as_str(),
+                    "in" | "for" | "of" | "during" | "since" | "until" | "by" | "on"
+                );
+            if !introduced && year.is_none() && day.is_none() {
+                continue;
+            }
+            let cue = match year {
+                Some(year) => format!("{word} {year}"),
+                None => word.clone(),
+            };
+            return Some(nearest_month(&cue, month as u32 + 1, year, now));
+        }
+    }
+    // "in 2025".
+    for (index, word) in words.iter().enumerate() {
+        if index > 0 && matches!(words[index - 1].as_str(), "in" | "during" | "of") {
+            if let Some(found) = word.parse::<i32>().ok().and_then(|year| year_range(&format!("in {year}"), year)) {
+                return Some(found);
+            }
+        }
+    }
+    for phrase in ["first time", "originally", "at first", "initially", "in the beginning", "the first"] {
+        if has_phrase(&words, phrase) {
+            return Some(TemporalIntent::prefer(phrase, TimePreference::Oldest));
+        }
+    }
+    for phrase in
+        ["currently", "right now", "these days", "nowadays", "at the moment", "now", "current", "latest", "most recent"]
+    {
+        if has_phrase(&words, phrase) {
+            return Some(TemporalIntent::prefer(phrase, TimePreference::Recent));
+        }
+    }
+    None
+}
+
+fn chinese(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
+    let today = day_start(now.date_naive());
+    let this_year = now.year();
+    let week_start = today - Duration::days(i64::from(now.weekday().num_days_from_monday()));
+    let last_month = if now.month() == 1 { (this_year - 1, 12) } else { (this_year, now.month() - 1) };
+    let ranges: [(&str, DateTime<Utc>, DateTime<Utc>); 13] = [
+        ("前年", month_start(this_year - 2, 1), month_start(this_year - 1, 1)),
+        ("去年", month_start(this_year - 1, 1), month_start(this_year, 1)),
+        ("今年", month_start(this_year, 1), month_start(this_year + 1, 1)),
+        ("上个月", month_start(last_month.0, last_month.1), next_month(last_month.0, last_month.1)),
+        ("上月", month_start(last_month.0, last_month.1), next_month(last_month.0, last_month.1)),
+        ("这个月", month_start(this_year, now.month()), next_month(this_year, now.month())),
+        ("本月", month_start(this_year, now.month()), next_month(this_year, now.month())),
+        ("上周", week_start - Duration::days(7), week_start),
+        ("上星期", week_start - Duration::days(7), week_start),
+        ("本周", week_start, week_start + Duration::days(7)),
+        ("前天", today - Duration::days(2), today - Duration::days(1)),
+        ("昨天", today - Duration::days(1), today),
+        ("今天", today, today + Duration::days(1)),
+    ];
+    for (cue, from, to) in ranges {
+        if query.contains(cue) {
+            return Some(TemporalIntent::range(cue, from, to));
+        }
+    }
+    // "2025年", "2025年5月", "5月", "五月".
+    let chars: Vec<char> = query.chars().collect();
+    let text: String = chars.iter().collect();
+    if let Some(position) = text.find('年') {
+        let digits: String = text[..position]
+            .chars()
+            .rev()
+            .take_while(char::is_ascii_digit)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        if let Ok(year) = digits.parse::<i32>() {
+            let rest = &text[position + '年'.len_utf8()..];
+            if let Some(month) = chinese_month(rest) {
+                return Some(nearest_month(&format!("{year}年{month}月"), month, Some(year), now));
+            }
+            if let Some(found) = year_range(&format!("{year}年"), year) {
+                return Some(found);
+            }
+        }
+    }
+    if let Some(month) = chinese_month(&text) {
+        return Some(nearest_month(&format!("{month}月"), month, None, now));
+    }
+    // "3天前", "两周前", "3个月前", "2年前".
+    if let Some(position) = text.find('前') {
+        let before = &text[..position];
+        for (suffix, unit) in [
+            ("天", Duration::days(1)),
+            ("周", Duration::days(7)),
+            ("星期", Duration::days(7)),
+            ("个月", Duration::days(30)),
+            ("年", Duration::days(365)),
+        ] {
+            if let Some(amount) = before.strip_suffix(suffix) {
+                let count_text: String = amount
+                    .chars()
+                    .rev()
+                    .take_while(|c| c.is_ascii_digit() || "一二两三四五六七八九十".contains(*c))
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                if let Some(count) = chinese_number(&count_text) {
+                    let centre = now - unit * count;
+                    return Some(TemporalIntent::range(
+                        &format!("{count_text}{suffix}前"),
+                        centre - unit / 2,
+                        centre + unit / 2,
+                    ));
+                }
+            }
+        }
+    }
+    for cue in ["第一次", "最初", "起初", "一开始", "最早"] {
+        if text.contains(cue) {
+            return Some(TemporalIntent::prefer(cue, TimePreference::Oldest));
+        }
+    }
+    for cue in ["现在", "目前", "当前", "最近", "如今"] {
+        if text.contains(cue) {
+            return Some(TemporalIntent::prefer(cue, TimePreference::Recent));
+        }
+    }
+    None
+}
+
+/// The month named in `text` as `5月` or `五月`.
+fn chinese_month(text: &str) -> Option<u32> {
+    let position = text.find('月')?;
+    let before = &text[..position];
+    let digits: String =
+        before.chars().rev().take_while(char::is_ascii_digit).collect::<Vec<_>>().into_iter().rev().collect();
+    if let Ok(month) = digits.parse::<u32>() {
+        return (1..=12).contains(&month).then_some(month);
+    }
+    // Longest numeral first: 十二 before 二.
+    (0..12)
+        .rev()
+        .find(|index| before.ends_with(CHINESE_DIGITS[*index]))
+        .map(|index| index as u32 + 1)
+        .filter(|_| !before.ends_with("个"))
+}
+
+/// A count written in digits or Chinese numerals up to 99.
+fn chinese_number(text: &str) -> Option<i32> {
+    if let Ok(number) = text.parse::<i32>() {
+        return (1..=100).contains(&number).then_some(number);
+    }
+    let digit = |c: char| "一二三四五六七八九".find(c).map(|index| index as i32 / 3 + 1).or((c == '两').then_some(2));
+    let chars: Vec<char> = text.chars().collect();
+    match chars.as_slice() {
+        [c] if *c == '十' => Some(10),
+        [c] => digit(*c),
+        ['十', unit] => digit(*unit).map(|unit| 10 + unit),
+        [tens, '十'] => digit(*tens).map(|tens| tens * 10),
+        [tens, '十', unit] => Some(digit(*tens)? * 10 + digit(*unit)?),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tuesday 2026-12-01 10:00 UTC.
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).single().expect("time")
+    }
+
+    fn range(query: &str) -> (String, String) {
+        let intent = parse(query, now()).unwrap_or_else(|| panic!("{query}: no intent"));
+        let day = |time: Option<DateTime<Utc>>| time.expect("range").format("%Y-%m-%d").to_string();
+        (day(intent.from), day(intent.to))
+    }
+
+    fn pair(from: &str, to: &str) -> (String, String) {
+        (from.to_owned(), to.to_owned())
+    }
+
+    #[test]
+    fn english_ranges() {
+        assert_eq!(range("Where did I live last year?"), pair("2025-01-01", "2026-01-01"));
+        assert_eq!(range("what happened last month"), pair("2026-11-01", "2026-12-01"));
+        assert_eq!(range("plans this week"), pair("2026-11-30", "2026-12-07"));
+        assert_eq!(range("what did I eat yesterday"), pair("2026-11-30", "2026-12-01"));
+        assert_eq!(range("What did I plan for May?"), pair("2026-05-01", "2026-06-01"));
+        assert_eq!(range("the trip in February"), pair("2026-02-01", "2026-03-01"), "the February that has begun");
+        assert_eq!(range("projects in March 2025"), pair("2025-03-01", "2025-04-01"));
+        assert_eq!(range("where did I work in 2024"), pair("2024-01-01", "2025-01-01"));
+        assert_eq!(range("what did I buy 3 weeks ago"), pair("2026-11-06", "2026-11-13"));
+        assert_eq!(range("the concert two years ago"), pair("2024-06-01", "2025-06-01"));
+    }
+
+    #[test]
+    fn english_preferences_and_near_misses() {
+        let preference = |query: &str| parse(query, now()).and_then(|intent| intent.preference);
+        assert_eq!(preference("Where do I currently live?"), Some(TimePreference::Recent));
+        assert_eq!(preference("what's my job these days"), Some(TimePreference::Recent));
+        assert_eq!(preference("when did I first time visit Japan"), Some(TimePreference::Oldest));
+        assert_eq!(preference("where did I originally grow up"), Some(TimePreference::Oldest));
+        for quiet in [
+            "I may move to Lisbon",
+            "Where does the user live?",
+            "knowledge about March Hare",
+            "snowboarding",
+            "June likes tea",
+        ] {
+            assert_eq!(parse(quiet, now()), None, "{quiet}");
+        }
+    }
+
+    #[test]
+    fn chinese() {
+        assert_eq!(range("我去年住在哪里"), pair("2025-01-01", "2026-01-01"));
+        assert_eq!(range("上个月做了什么"), pair("2026-11-01", "2026-12-01"));
+        assert_eq!(range("上周的会议"), pair("2026-11-23", "2026-11-30"));
+        assert_eq!(range("昨天吃了什么"), pair("2026-11-30", "2026-12-01"));
+        assert_eq!(range("五月的计划"), pair("2026-05-01", "2026-06-01"));
+        assert_eq!(range("十二月的计划"), pair("2026-12-01", "2027-01-01"));
+        assert_eq!(range("2025年5月去了哪里"), pair("2025-05-01", "2025-06-01"));
+        assert_eq!(range("2024年在哪工作"), pair("2024-01-01", "2025-01-01"));
+        assert_eq!(range("三天前买了什么"), pair("2026-11-27", "2026-11-28"));
+        let preference = |query: &str| parse(query, now()).and_then(|intent| intent.preference);
+        assert_eq!(preference("我现在住在哪里"), Some(TimePreference::Recent));
+        assert_eq!(preference("第一次去日本是什么时候"), Some(TimePreference::Oldest));
+        assert_eq!(parse("我喜欢喝茶", now()), None);
+        assert_eq!(parse("三个月的项目", now()), None, "a duration is not a month");
+    }
+}
