@@ -251,7 +251,7 @@ fn chinese(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
             .into_iter()
             .rev()
             .collect();
-        if let Ok(year) = digits.parse::<i32>() {
+        if let Some(year) = digits.parse::<i32>().ok().filter(|year| (1900..=2200).contains(year)) {
             let rest = &text[position + '年'.len_utf8()..];
             if let Some(month) = chinese_month(rest) {
                 return Some(nearest_month(&format!("{year}年{month}月"), month, Some(year), now));
@@ -408,5 +408,28 @@ mod tests {
         assert_eq!(preference("第一次去日本是什么时候"), Some(TimePreference::Oldest));
         assert_eq!(parse("我喜欢喝茶", now()), None);
         assert_eq!(parse("三个月的项目", now()), None, "a duration is not a month");
+        // Years outside 1900–2200 are not dates (and must not panic).
+        assert_eq!(range("99999999年5月"), pair("2026-05-01", "2026-06-01"), "the month is still read");
+        assert_eq!(parse("0年", now()), None);
+        assert_eq!(parse("in 99999999999", now()), None);
+        assert_eq!(parse("May 99999", now()), None);
+        for odd in [
+            "年",
+            "月",
+            "前",
+            "年月",
+            "个月前",
+            "十十月",
+            "二〇二五年",
+            "前年月日",
+            "ago",
+            "a ago",
+            "0 days ago",
+            "🙂年5月",
+            "in",
+            "年年年5月前",
+        ] {
+            let _ = parse(odd, now());
+        }
     }
 }
