@@ -180,6 +180,7 @@ pub struct TestServer {
     pub data_dir: PathBuf,
     request_log: mem0_server::background_log::RequestLogWriter,
     audit: mem0_server::background_log::AuditWriter,
+    reads: mem0_server::background_log::ReadWriter,
     /// The Postgres database of a pgvector server (dropped with the server; `None` for a
     /// replica, which uses the first server's).
     pub database: Option<TestDatabase>,
@@ -247,6 +248,7 @@ impl TestServer {
         let state = mem0_server::assemble_state(memory, settings).await.expect("server state");
         let request_log = state.request_log.clone();
         let audit = state.audit.clone();
+        let reads = state.reads.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -262,6 +264,7 @@ impl TestServer {
             data_dir,
             request_log,
             audit,
+            reads,
             database: None,
             kind,
             _dir: dir,
@@ -330,6 +333,11 @@ impl TestServer {
     /// the background; an event is queued before its response is sent).
     pub async fn flush_audit(&self) {
         self.audit.flush().await;
+    }
+
+    /// Waits until the read log holds every read of the requests answered so far.
+    pub async fn flush_reads(&self) {
+        self.reads.flush().await;
     }
 
     /// Sends a request and returns status, headers and JSON body (`Value::Null` when not JSON).

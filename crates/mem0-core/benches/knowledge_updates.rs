@@ -268,6 +268,7 @@ async fn evaluate(embedder: &LocalEmbedder, histories: &[(Vec<Statement>, Vec<Ch
                 include_superseded: false,
                 temporal: keyed,
                 reference_time: Some(Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).single().expect("time")),
+                decay: None,
                 mode: SearchMode::Hybrid,
                 explain: false,
                 rerank: false,

@@ -361,6 +361,7 @@ async fn run_mode(
             // LOCOMO_TEMPORAL=1: read time in the questions, against the conversation's last session.
             temporal: std::env::var("LOCOMO_TEMPORAL").is_ok_and(|value| value == "1"),
             reference_time: question.scope.user_id.as_ref().and_then(|id| stored.latest.get(id)).copied(),
+            decay: None,
             mode,
             explain: false,
             rerank: false,

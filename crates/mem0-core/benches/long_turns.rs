@@ -140,6 +140,7 @@ fn search_request(user: &str, query: String, mode: SearchMode) -> SearchRequest 
         include_superseded: false,
         temporal: false,
         reference_time: None,
+        decay: None,
         mode,
         explain: false,
         rerank: false,

@@ -253,6 +253,7 @@ async fn run_cell(
             include_superseded: false,
             temporal: false,
             reference_time: None,
+            decay: None,
             mode,
             explain: false,
             rerank: false,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::decay::DecayConfig;
 use crate::error::Result;
 use crate::history::HistoryStore;
 use crate::memory::{ExtractionSettings, Memory};
@@ -40,6 +41,9 @@ pub struct MemoryConfig {
     /// What must never be stored (see [`crate::policy`]).
     #[serde(default)]
     pub policy: PolicyConfig,
+    /// Decay by use (see [`crate::decay`]).
+    #[serde(default)]
+    pub decay: DecayConfig,
 }
 
 /// Which vector store to use; settings of every provider may be present, `provider` picks one.
@@ -135,6 +139,7 @@ impl MemoryConfig {
             ));
         }
         self.reranker.validate(&format!("{prefix}.reranker"))?;
+        self.decay.validate(&format!("{prefix}.decay"))?;
         Policy::compile(&self.policy).map(|_| ())
     }
 }
@@ -202,6 +207,7 @@ impl Memory {
         let policy = Policy::compile(&config.policy).map_err(crate::Error::Config)?;
         Ok(base
             .with_policy(policy)
+            .with_decay(config.decay.clone())
             .with_llm(llm, config.extraction.clone())
             .with_retrieval(config.retrieval)
             .with_reranker(reranker, config.reranker.candidates))

@@ -10,6 +10,7 @@
 pub mod analysis;
 pub mod api_keys;
 pub mod config;
+pub mod decay;
 pub mod entities;
 pub mod error;
 pub mod extraction;

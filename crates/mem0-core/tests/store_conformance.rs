@@ -8,6 +8,7 @@
 use std::collections::HashSet;
 
 use chrono::{Duration, NaiveDate, TimeZone, Utc};
+use mem0_core::decay::MemoryRead;
 use mem0_core::filter::parse_filter;
 use mem0_core::retrieval::Bm25;
 use mem0_core::scope::Scope;
@@ -446,6 +447,39 @@ async fn check_state_chains(store: &dyn VectorStore) {
     let old: Vec<String> =
         store.list(&superseded, None, 100).await.expect("list").records.into_iter().map(|r| r.memory).collect();
     assert_eq!(old, ["lives in New York"]);
+}
+
+/// The read log: the latest read per memory wins, repeats in one batch count once per memory,
+/// reads of unknown memories or of another tenant's are ignored, and a memory's reads go with it.
+async fn check_reads(store: &dyn VectorStore) {
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let v = unit([1.0, 0.0, 0.0, 0.0]);
+    let (one, two) =
+        (record("t", "u", "one", v.clone(), json!({}), 0), record("t", "u", "two", v.clone(), json!({}), 1));
+    insert(store, &[one.clone(), two.clone()]).await.expect("insert");
+    let at =
+        |minutes: i64| Utc.with_ymd_and_hms(2026, 5, 1, 0, 0, 0).single().expect("time") + Duration::minutes(minutes);
+    let read =
+        |tenant: &str, memory_id: Uuid, minutes: i64| MemoryRead { tenant: tenant.into(), memory_id, at: at(minutes) };
+    store
+        .record_reads(&[
+            read("t", one.id, 5),
+            read("t", one.id, 9),
+            read("t", one.id, 7),
+            read("t", Uuid::now_v7(), 1),
+            read("t2", two.id, 3),
+        ])
+        .await
+        .expect("record");
+    let last = store.last_reads("t", &[one.id, two.id]).await.expect("last");
+    assert_eq!(last.len(), 1, "two was only read by another tenant: {last:?}");
+    assert_eq!(last[&one.id], at(9));
+    store.record_reads(&[read("t", one.id, 2), read("t", two.id, 4)]).await.expect("record");
+    let last = store.last_reads("t", &[one.id, two.id]).await.expect("last");
+    assert_eq!((last[&one.id], last[&two.id]), (at(9), at(4)), "an older read does not move the last one back");
+    assert!(store.last_reads("t2", &[one.id]).await.expect("last").is_empty(), "per tenant");
+    store.apply(&WriteSet::delete("t", &[one.id])).await.expect("delete");
+    assert!(!store.last_reads("t", &[one.id]).await.expect("last").contains_key(&one.id), "gone with its memory");
 }
 
 async fn check_keyword_index(store: &dyn VectorStore) {
@@ -903,6 +937,12 @@ macro_rules! conformance_suite {
             async fn state_chains() {
                 let (store, _guard) = $open;
                 check_state_chains(&store).await;
+            }
+
+            #[tokio::test]
+            async fn reads() {
+                let (store, _guard) = $open;
+                check_reads(&store).await;
             }
 
             #[tokio::test]

@@ -1,5 +1,6 @@
-//! Logs written off the request path: the request log (one row per handled request) and the
-//! audit trail (one row per memory read or changed, and each write-policy decision). A request
+//! Logs written off the request path: the request log (one row per handled request), the audit
+//! trail (one row per memory read or changed, and each write-policy decision) and the read log
+//! (when each memory was last read, for decay by use). A request
 //! only queues its entries; a background task per log writes them in batches and prunes entries
 //! older than the retention period once an hour.
 
@@ -9,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use mem0_core::decay::{MemoryRead, ReadSink};
 use mem0_core::history::{AuditEntry, AuditEvent, AuditLog, AuditSink, RequestLog, RequestLogEntry};
+use mem0_core::store::VectorStore;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
@@ -60,6 +63,24 @@ impl Sink for AuditLog {
 
     fn prune(&self, cutoff: DateTime<Utc>) -> impl Future<Output = mem0_core::Result<u64>> + Send {
         AuditLog::prune(self, cutoff)
+    }
+}
+
+/// The reads of memories, written to their store for decay by use (kept with the memory, never
+/// pruned by age).
+#[derive(Debug, Clone)]
+pub struct StoreReads(pub Arc<dyn VectorStore>);
+
+impl Sink for StoreReads {
+    type Entry = MemoryRead;
+    const NAME: &'static str = "read log";
+
+    async fn append(&self, entries: &[MemoryRead]) -> mem0_core::Result<()> {
+        self.0.record_reads(entries).await
+    }
+
+    fn prune(&self, _cutoff: DateTime<Utc>) -> impl Future<Output = mem0_core::Result<u64>> + Send {
+        std::future::ready(Ok(0))
     }
 }
 
@@ -171,6 +192,15 @@ impl<S: Sink> LogWriter<S> {
                 tracing::warn!(dropped = after, "{} queue full: entries dropped", S::NAME);
             }
         }
+    }
+}
+
+/// The read log's writer: the [`ReadSink`] the memory service reports to.
+pub type ReadWriter = LogWriter<StoreReads>;
+
+impl ReadSink for LogWriter<StoreReads> {
+    fn record(&self, reads: Vec<MemoryRead>) {
+        self.record_all(reads);
     }
 }
 

@@ -173,6 +173,12 @@ async fn assemble_state_at(memory: Memory, settings: Settings, config_version: i
     let audit_log = memory.history_store().audit_log();
     let audit = background_log::AuditWriter::spawn(audit_log.clone(), &settings.audit);
     let memory = memory.with_audit(settings.audit.enabled.then(|| Arc::new(audit.clone()) as Arc<dyn AuditSink>));
+    // Reads (a memory by id, search hits) go to the store in batches, for decay by use.
+    let reads = background_log::ReadWriter::spawn(
+        background_log::StoreReads(Arc::clone(memory.store())),
+        &background_log::RetainedLogSettings { enabled: true, retention_days: 1 },
+    );
+    let memory = memory.with_reads(Some(Arc::new(reads.clone()) as Arc<dyn mem0_core::decay::ReadSink>));
     let memory_handle = Arc::new(state::MemoryHandle::new(memory, configure::RuntimeConfig::from_settings(&settings)));
     // Journal entries left behind by a write whose undo failed (the store was down at that
     // moment) get their history once it answers again; startup already delivered older ones.
@@ -211,6 +217,7 @@ async fn assemble_state_at(memory: Memory, settings: Settings, config_version: i
         requests,
         audit,
         audit_log,
+        reads,
         api_keys,
         draining: Arc::default(),
     };

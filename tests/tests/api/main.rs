@@ -5,6 +5,7 @@
 
 mod audit;
 mod configure;
+mod decay;
 mod extraction;
 mod failures;
 mod filters;

@@ -61,6 +61,7 @@ async fn old_rows_get_keyword_postings_and_entity_links() {
         include_superseded: false,
         temporal: false,
         reference_time: None,
+        decay: None,
         mode: SearchMode::Keyword,
         explain: true,
         rerank: false,

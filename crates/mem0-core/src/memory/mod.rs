@@ -33,6 +33,7 @@ pub use self::requests::{
     SearchRequest, SourceInput, UpdateRequest,
 };
 pub use self::writes::FailPoint;
+use crate::decay::{DecayConfig, MemoryRead, ReadSink};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
 use crate::history::{AuditAction, AuditEvent, AuditSink, HistoryStore};
@@ -59,6 +60,10 @@ pub struct Memory {
     policy: Arc<Policy>,
     /// Where reads, changes and policy decisions are reported; `None` records nothing.
     audit: Option<Arc<dyn AuditSink>>,
+    /// Where reads of memories are reported for decay by use; `None` records nothing.
+    reads: Option<Arc<dyn ReadSink>>,
+    /// Which tenants' searches apply decay by use, and how fast memories fade.
+    decay: DecayConfig,
     /// Called at the named steps of every write (crash drills in tests); `None` in production.
     fail_point: Option<FailPoint>,
     /// Journal entries of the writes this process is committing: recovery leaves them alone.
@@ -95,6 +100,8 @@ impl Memory {
             rerank_candidates: 30,
             policy: Arc::new(Policy::default()),
             audit: None,
+            reads: None,
+            decay: DecayConfig::default(),
             fail_point: None,
             writing: Arc::default(),
         })
@@ -137,6 +144,35 @@ impl Memory {
     pub fn with_audit(mut self, sink: Option<Arc<dyn AuditSink>>) -> Self {
         self.audit = sink;
         self
+    }
+
+    /// Returns the service reporting every read of a memory (by id, or as a search hit) to `sink`,
+    /// for decay by use.
+    #[must_use]
+    pub fn with_reads(mut self, sink: Option<Arc<dyn ReadSink>>) -> Self {
+        self.reads = sink;
+        self
+    }
+
+    /// Returns the service with these decay settings.
+    #[must_use]
+    pub fn with_decay(mut self, decay: DecayConfig) -> Self {
+        self.decay = decay;
+        self
+    }
+
+    /// Reports reads of `memory_ids` by `caller` now (nothing when there are none).
+    fn note_reads<I: IntoIterator<Item = Uuid>>(&self, caller: &Caller, memory_ids: I) {
+        if let Some(sink) = &self.reads {
+            let at = Utc::now();
+            let reads: Vec<MemoryRead> = memory_ids
+                .into_iter()
+                .map(|memory_id| MemoryRead { tenant: caller.tenant.clone(), memory_id, at })
+                .collect();
+            if !reads.is_empty() {
+                sink.record(reads);
+            }
+        }
     }
 
     /// Reports that `caller` did `action` to each of `memory_ids` (nothing when there are none).
@@ -207,6 +243,12 @@ impl Memory {
         &self.history
     }
 
+    /// Returns the memory store (for the parts of the server that write beside the service, such as
+    /// the batched read log).
+    pub fn store(&self) -> &Arc<dyn VectorStore> {
+        &self.store
+    }
+
     /// Returns the embedder in use.
     pub fn embedder(&self) -> &Arc<dyn Embedder> {
         &self.embedder
@@ -221,6 +263,7 @@ impl Memory {
         caller.require(Role::Read)?;
         let record = self.visible(caller, id).await?;
         self.audit(caller, AuditAction::Get, [id]);
+        self.note_reads(caller, [id]);
         Ok(record.into())
     }
 

@@ -244,6 +244,8 @@ pub struct SearchRequest {
     pub temporal: bool,
     /// The time relative expressions in the query are read against (default: now).
     pub reference_time: Option<DateTime<Utc>>,
+    /// Apply decay by use ([`crate::decay`]); `None`: as configured for the tenant.
+    pub decay: Option<bool>,
     /// Which retrievers produce candidates.
     pub mode: SearchMode,
     /// Return each result's score components.

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use super::limits::{check_bound, MAX_QUERY_BYTES};
 use super::{Memory, SearchMode, SearchOutcome, SearchRequest};
+use crate::decay;
 use crate::error::{Error, Result};
 use crate::filter::{Condition, Field, Filter, Operand, Operator, Scalar, TextField, TimeField};
 use crate::history::AuditAction;
@@ -82,6 +83,17 @@ impl Memory {
         if let Some(preference) = intent.as_ref().and_then(|intent| intent.preference) {
             prefer_by_age(&mut scored, preference);
         }
+        if request.decay.unwrap_or_else(|| self.decay.applies_to(&caller.tenant)) && !scored.is_empty() {
+            let ids: Vec<Uuid> = scored.iter().map(|(record, _)| record.id).collect();
+            let last_reads = self.store.last_reads(&caller.tenant, &ids).await?;
+            let now = Utc::now();
+            for (record, explanation) in &mut scored {
+                // Never read: idle since it was stored.
+                let last = last_reads.get(&record.id).copied().unwrap_or(record.created_at).max(record.created_at);
+                let idle_days = (now - last).num_seconds() as f64 / 86_400.0;
+                explanation.decay_factor = Some(decay::factor(idle_days, self.decay.idle_days));
+            }
+        }
         scored.retain(|(_, explanation)| retrieval::clears_threshold(explanation, request.threshold));
         scored.sort_by(|a, b| b.1.score().total_cmp(&a.1.score()).then_with(|| a.0.id.cmp(&b.0.id)));
         let mut rerank_scores: Option<Vec<f32>> = None;
@@ -124,6 +136,7 @@ impl Memory {
         }
         results.truncate(request.top_k);
         self.audit(caller, AuditAction::SearchHit, results.iter().map(|item| item.id));
+        self.note_reads(caller, results.iter().map(|item| item.id));
         Ok(SearchOutcome { results, warnings, temporal: intent })
     }
 

@@ -283,6 +283,10 @@ pub struct ScoreExplanation {
     /// times this factor, 0.9–1.1 by the memory's age among the results.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_factor: Option<f32>,
+    /// Decay by use was applied (see [`crate::decay`]): the score times this factor, 0.3 (long
+    /// idle) to 1.5 (just read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decay_factor: Option<f32>,
 }
 
 /// The weighted parts of a score.
@@ -325,13 +329,15 @@ impl ScoreExplanation {
             },
             sources,
             time_factor: None,
+            decay_factor: None,
         }
     }
 
-    /// The fused score: the sum of the contributions, times the time factor when there is one.
+    /// The fused score: the sum of the contributions, times the time and decay factors when there
+    /// are any.
     pub fn score(&self) -> f32 {
         let fused = self.contributions.semantic + self.contributions.keyword + self.contributions.entity;
-        (fused * self.time_factor.unwrap_or(1.0)).clamp(0.0, 1.0)
+        (fused * self.time_factor.unwrap_or(1.0) * self.decay_factor.unwrap_or(1.0)).clamp(0.0, 1.0)
     }
 }
 

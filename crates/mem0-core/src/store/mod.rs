@@ -669,11 +669,33 @@ pub trait EntityIndex: Send + Sync {
     async fn entity_links(&self, matched: &[(String, Vec<usize>)], memory_ids: &[Uuid]) -> Result<Vec<EntityHit>>;
 }
 
+/// When memories were last read (see [`crate::decay`]).
+#[async_trait]
+pub trait AccessLog: Send + Sync {
+    /// Records reads: per memory the latest read time and the number of reads. Reads of memories
+    /// that no longer exist are ignored.
+    async fn record_reads(&self, reads: &[crate::decay::MemoryRead]) -> Result<()>;
+
+    /// The last read of each of `ids` (of `tenant`) that was ever read.
+    async fn last_reads(&self, tenant: &str, ids: &[Uuid]) -> Result<std::collections::HashMap<Uuid, DateTime<Utc>>>;
+}
+
+/// Reads grouped per memory: (tenant, memory, latest time, count), in memory order.
+pub(crate) fn grouped_reads(reads: &[crate::decay::MemoryRead]) -> Vec<(String, Uuid, DateTime<Utc>, i64)> {
+    let mut grouped: std::collections::BTreeMap<Uuid, (String, DateTime<Utc>, i64)> = std::collections::BTreeMap::new();
+    for read in reads {
+        let entry = grouped.entry(read.memory_id).or_insert_with(|| (read.tenant.clone(), read.at, 0));
+        entry.1 = entry.1.max(read.at);
+        entry.2 += 1;
+    }
+    grouped.into_iter().map(|(id, (tenant, at, count))| (tenant, id, at, count)).collect()
+}
+
 /// Everything the memory service needs from a store. One SQL type implements all of the parts;
 /// another backend could combine different ones.
-pub trait VectorStore: MemoryRows + Journal + VectorIndex + KeywordIndex + EntityIndex {}
+pub trait VectorStore: MemoryRows + Journal + VectorIndex + KeywordIndex + EntityIndex + AccessLog {}
 
-impl<T: MemoryRows + Journal + VectorIndex + KeywordIndex + EntityIndex> VectorStore for T {}
+impl<T: MemoryRows + Journal + VectorIndex + KeywordIndex + EntityIndex + AccessLog> VectorStore for T {}
 
 #[cfg(test)]
 mod tests {

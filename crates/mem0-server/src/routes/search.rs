@@ -69,6 +69,11 @@ pub struct SearchRequest {
     #[serde(default)]
     #[schema(format = DateTime, example = "2026-12-01T10:00:00Z")]
     pub reference_time: Option<String>,
+    /// Decay by use: multiply each score by 0.3 (not read for long) to 1.5 (read just now), from
+    /// the memory's last read by id or as a search hit (`explain.decay_factor`). Default: on for
+    /// the tenants in `memory.decay.tenants`, off otherwise.
+    #[serde(default)]
+    pub decay: Option<bool>,
     /// Retrievers to use (default `hybrid`).
     #[serde(default)]
     pub mode: Option<SearchModeInput>,
@@ -168,6 +173,7 @@ pub async fn search_memories(
         include_superseded: body.include_superseded.unwrap_or(false),
         temporal: body.temporal.unwrap_or(true),
         reference_time,
+        decay: body.decay,
         mode: body.mode.map(SearchMode::from).unwrap_or_default(),
         explain: body.explain.unwrap_or(false),
         rerank: body.rerank.unwrap_or(false),

@@ -21,14 +21,17 @@ use self::codec::row_to_record;
 pub use self::import::ImportReport;
 use self::write::apply_in;
 use super::sql::{where_clause, Bind, Postgres as Pg};
+use super::AccessLog;
 use super::{cap_matched, EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
 use super::{
     Applied, Cursor, EntityCandidates, EntityHit, EntityProbe, JournalEntry, KeywordCandidates, KeywordStats, Page,
     ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, WriteSet,
 };
+use crate::decay::MemoryRead;
 use crate::error::{Error, Result};
 use crate::retrieval::{Bm25, EntityScores};
 use crate::types::MemoryRecord;
+use std::collections::HashMap;
 
 /// The migrations of the Postgres store (top-level `migrations/`).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
@@ -300,6 +303,47 @@ impl MemoryRows for PgVectorStore {
     async fn ping(&self) -> Result<()> {
         sqlx::query_scalar::<_, i32>("select 1").fetch_one(&self.pool).await?;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl AccessLog for PgVectorStore {
+    async fn record_reads(&self, reads: &[MemoryRead]) -> Result<()> {
+        let grouped = crate::store::grouped_reads(reads);
+        if grouped.is_empty() {
+            return Ok(());
+        }
+        let tenants: Vec<&str> = grouped.iter().map(|(tenant, ..)| tenant.as_str()).collect();
+        let ids: Vec<Uuid> = grouped.iter().map(|(_, id, ..)| *id).collect();
+        let times: Vec<DateTime<Utc>> = grouped.iter().map(|(_, _, at, _)| *at).collect();
+        let counts: Vec<i64> = grouped.iter().map(|(.., count)| *count).collect();
+        // One row per memory (grouped above: an upsert may not touch a row twice); reads of
+        // memories deleted meanwhile join nothing.
+        sqlx::query(
+            "insert into memory_reads (memory_id, tenant, last_read_at, reads) \
+             select m.id, m.tenant, r.at, r.n from unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::int8[]) \
+             as r(id, tenant, at, n) join memories m on m.id = r.id and m.tenant = r.tenant \
+             on conflict (memory_id) do update set \
+             last_read_at = greatest(memory_reads.last_read_at, excluded.last_read_at), \
+             reads = memory_reads.reads + excluded.reads",
+        )
+        .bind(&ids)
+        .bind(&tenants)
+        .bind(&times)
+        .bind(&counts)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn last_reads(&self, tenant: &str, ids: &[Uuid]) -> Result<HashMap<Uuid, DateTime<Utc>>> {
+        let rows =
+            sqlx::query("select memory_id, last_read_at from memory_reads where tenant = $1 and memory_id = any($2)")
+                .bind(tenant)
+                .bind(ids)
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(1)?))).collect()
     }
 }
 

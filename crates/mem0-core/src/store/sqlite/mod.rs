@@ -30,11 +30,12 @@ use self::cache::{SharedVector, VectorCache};
 use self::codec::{decode_embedding, from_micros, micros, row_to_record};
 use self::write::{apply_in, scope_entities, settle_in};
 use super::sql::{where_clause, Bind, Sqlite};
-use super::{cap_matched, EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
+use super::{cap_matched, AccessLog, EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
 use super::{
     cosine, dot, Applied, Cursor, EntityCandidates, EntityHit, EntityProbe, JournalEntry, KeywordCandidates,
     KeywordStats, Page, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, WriteSet,
 };
+use crate::decay::MemoryRead;
 use crate::error::{Error, Result};
 use crate::retrieval::{Bm25, EntityScores};
 use crate::types::MemoryRecord;
@@ -407,6 +408,52 @@ impl Journal for SqliteStore {
         settle_in(&mut transaction, ids).await?;
         transaction.commit().await?;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl AccessLog for SqliteStore {
+    async fn record_reads(&self, reads: &[MemoryRead]) -> Result<()> {
+        let grouped = crate::store::grouped_reads(reads);
+        if grouped.is_empty() {
+            return Ok(());
+        }
+        let mut transaction = self.turns.begin(&self.pool).await?;
+        for (tenant, id, at, count) in grouped {
+            sqlx::query(
+                "insert into memory_reads (memory_id, tenant, last_read_at, reads) \
+                 select id, tenant, ?, ? from memories where id = ? and tenant = ? \
+                 on conflict (memory_id) do update set last_read_at = max(last_read_at, excluded.last_read_at), \
+                 reads = reads + excluded.reads",
+            )
+            .bind(micros(at))
+            .bind(count)
+            .bind(id.to_string())
+            .bind(&tenant)
+            .execute(&mut *transaction)
+            .await?;
+        }
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn last_reads(&self, tenant: &str, ids: &[Uuid]) -> Result<HashMap<Uuid, DateTime<Utc>>> {
+        let mut last = HashMap::new();
+        for chunk in ids.chunks(FETCH_CHUNK) {
+            let placeholders = vec!["?"; chunk.len()].join(", ");
+            let statement = format!(
+                "select memory_id, last_read_at from memory_reads where tenant = ? and memory_id in ({placeholders})"
+            );
+            let mut fetch = sqlx::query(&statement).bind(tenant);
+            for id in chunk {
+                fetch = fetch.bind(id.to_string());
+            }
+            for row in fetch.fetch_all(&self.pool).await? {
+                let id: String = row.try_get(0)?;
+                last.insert(parse_id(&id)?, from_micros(row.try_get(1)?)?);
+            }
+        }
+        Ok(last)
     }
 }
 
