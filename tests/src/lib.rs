@@ -162,6 +162,16 @@ async fn open_stores(
     (Arc::new(store), history)
 }
 
+/// The test settings with fact extraction sent to an OpenAI-compatible fake at `uri` (a wiremock
+/// server's), model `fake-chat`.
+pub fn settings_with_fake_llm(uri: &str) -> Settings {
+    let mut settings = test_settings();
+    settings.memory.llm.provider = mem0_core::providers::llm::LlmProvider::Openai;
+    settings.memory.llm.openai.base_url = Some(format!("{uri}/v1"));
+    settings.memory.llm.openai.model = "fake-chat".to_owned();
+    settings
+}
+
 /// An OpenAI-compatible chat completion whose reply is `content` (for wiremock fakes).
 pub fn chat_completion(content: &str) -> wiremock::ResponseTemplate {
     wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({

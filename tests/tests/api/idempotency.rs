@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use mem0_core::providers::llm::LlmProvider;
-use mem0_http_tests::{chat_completion, local_embedder, test_settings, Reply, TestServer};
+use mem0_http_tests::{chat_completion, local_embedder, settings_with_fake_llm, Reply, TestServer};
 use serde_json::{json, Value};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -16,10 +15,7 @@ fn chat_reply(fact: &str) -> ResponseTemplate {
 }
 
 async fn start_with_llm(llm: &MockServer) -> TestServer {
-    let mut settings = test_settings();
-    settings.memory.llm.provider = LlmProvider::Openai;
-    settings.memory.llm.openai.base_url = Some(format!("{}/v1", llm.uri()));
-    settings.memory.llm.openai.model = "fake-chat".to_owned();
+    let settings = settings_with_fake_llm(&llm.uri());
     TestServer::start_with(settings, local_embedder().await).await
 }
 

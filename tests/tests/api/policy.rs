@@ -4,8 +4,7 @@
 //! updates pass the same policy.
 
 use mem0_core::policy::{Action, PolicyConfig, RuleConfig};
-use mem0_core::providers::llm::LlmProvider;
-use mem0_http_tests::{chat_completion, local_embedder, test_settings, TestServer};
+use mem0_http_tests::{chat_completion, local_embedder, settings_with_fake_llm, test_settings, TestServer};
 use serde_json::{json, Value};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer};
@@ -23,13 +22,11 @@ fn policy() -> PolicyConfig {
 }
 
 async fn start(llm: Option<&MockServer>) -> TestServer {
-    let mut settings = test_settings();
+    let mut settings = match llm {
+        Some(llm) => settings_with_fake_llm(&llm.uri()),
+        None => test_settings(),
+    };
     settings.memory.policy = policy();
-    if let Some(llm) = llm {
-        settings.memory.llm.provider = LlmProvider::Openai;
-        settings.memory.llm.openai.base_url = Some(format!("{}/v1", llm.uri()));
-        settings.memory.llm.openai.model = "fake-chat".to_owned();
-    }
     TestServer::start_with(settings, local_embedder().await).await
 }
 

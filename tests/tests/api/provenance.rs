@@ -4,8 +4,7 @@
 //! facts carry the model's confidence and their buffered messages as evidence. The credential of
 //! an API key: `security::audit_trail_names_the_credential_and_stays_in_its_tenant`.
 
-use mem0_core::providers::llm::LlmProvider;
-use mem0_http_tests::{chat_completion, local_embedder, test_settings, TestServer};
+use mem0_http_tests::{chat_completion, local_embedder, settings_with_fake_llm, TestServer};
 use serde_json::{json, Value};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer};
@@ -130,10 +129,7 @@ async fn extracted_facts_carry_the_models_confidence_and_their_messages() {
         .respond_with(chat_completion(&facts))
         .mount(&llm)
         .await;
-    let mut settings = test_settings();
-    settings.memory.llm.provider = LlmProvider::Openai;
-    settings.memory.llm.openai.base_url = Some(format!("{}/v1", llm.uri()));
-    settings.memory.llm.openai.model = "fake-chat".to_owned();
+    let settings = settings_with_fake_llm(&llm.uri());
     let server = TestServer::start_with(settings, local_embedder().await).await;
     let reply = server
         .post(

@@ -6,8 +6,7 @@
 
 use std::collections::HashMap;
 
-use mem0_core::providers::llm::LlmProvider;
-use mem0_http_tests::{local_embedder, test_settings, texts, TestServer};
+use mem0_http_tests::{local_embedder, settings_with_fake_llm, texts, TestServer};
 use serde_json::{json, Value};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -157,10 +156,7 @@ async fn the_model_proposes_keys_and_sees_them_on_existing_memories() {
         .respond_with(reply("User works at Bosch"))
         .mount(&llm)
         .await;
-    let mut settings = test_settings();
-    settings.memory.llm.provider = LlmProvider::Openai;
-    settings.memory.llm.openai.base_url = Some(format!("{}/v1", llm.uri()));
-    settings.memory.llm.openai.model = "fake-chat".to_owned();
+    let settings = settings_with_fake_llm(&llm.uri());
     let server = TestServer::start_with(settings, local_embedder().await).await;
     let turn = |text: &str, at: &str| json!({"messages": [{"role": "user", "content": text}], "user_id": "ann", "timestamp": at});
     assert_eq!(server.post("/memories", turn("I work at Siemens", "2026-01-10T09:00:00Z")).await.status, 200);

@@ -527,6 +527,18 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+/// A stored status (`active`, …).
+fn stored_status(status: &str) -> crate::error::Result<crate::types::MemoryStatus> {
+    crate::types::MemoryStatus::parse(status)
+        .ok_or_else(|| crate::error::Error::Internal(format!("stored status {status:?} is unknown")))
+}
+
+/// A stored source type (`user_stated`, …).
+fn stored_source(source_type: &str) -> crate::error::Result<crate::types::SourceType> {
+    crate::types::SourceType::parse(source_type)
+        .ok_or_else(|| crate::error::Error::Internal(format!("stored source_type {source_type:?} is unknown")))
+}
+
 /// The provenance of a stored row, from its columns (both stores store the same values).
 pub(crate) fn provenance(
     source_type: String,
@@ -535,8 +547,7 @@ pub(crate) fn provenance(
     evidence_ref: Option<String>,
     confidence: f64,
 ) -> crate::error::Result<crate::types::Provenance> {
-    let source_type = crate::types::SourceType::parse(&source_type)
-        .ok_or_else(|| crate::error::Error::Internal(format!("stored source_type {source_type:?} is unknown")))?;
+    let source_type = stored_source(&source_type)?;
     Ok(crate::types::Provenance { source_type, source_actor, source_app, evidence_ref, confidence: confidence as f32 })
 }
 
@@ -545,12 +556,33 @@ pub(crate) fn state(
     state_key: Option<String>,
     status: &str,
     superseded_by: Option<Uuid>,
-    valid_to: Option<chrono::DateTime<chrono::Utc>>,
-    event_time: Option<chrono::DateTime<chrono::Utc>>,
+    valid_to: Option<DateTime<Utc>>,
+    event_time: Option<DateTime<Utc>>,
 ) -> crate::error::Result<crate::types::StateInfo> {
-    let status = crate::types::MemoryStatus::parse(status)
-        .ok_or_else(|| crate::error::Error::Internal(format!("stored status {status:?} is unknown")))?;
-    Ok(crate::types::StateInfo { state_key, status, superseded_by, valid_to, event_time })
+    Ok(crate::types::StateInfo { state_key, status: stored_status(status)?, superseded_by, valid_to, event_time })
+}
+
+/// One memory of a state-key chain as the resolver needs it, from the columns both stores select
+/// (`id, status, coalesce(event_time, created_at), confidence, source_type, superseded_by,
+/// valid_to`).
+pub(crate) fn state_row(
+    id: Uuid,
+    status: &str,
+    time: DateTime<Utc>,
+    confidence: f64,
+    source_type: &str,
+    superseded_by: Option<Uuid>,
+    valid_to: Option<DateTime<Utc>>,
+) -> crate::error::Result<crate::state::StateRow> {
+    Ok(crate::state::StateRow {
+        id,
+        status: stored_status(status)?,
+        time,
+        confidence: confidence as f32,
+        source_type: stored_source(source_type)?,
+        superseded_by,
+        valid_to,
+    })
 }
 
 /// Number of whitespace-separated terms of an analysed text.

@@ -119,16 +119,7 @@ pub async fn list_audit(
         .transpose()?;
     let since = params.since.as_deref().map(|raw| parse_time("since", raw)).transpose()?;
     let until = params.until.as_deref().map(|raw| parse_time("until", raw)).transpose()?;
-    // An admin bound to some users or agents sees its own entries and those of the keys it
-    // manages, never the whole tenant's (as in the request log).
-    let mut principals: Option<Vec<String>> = if caller.global_admin || caller.is_tenant_admin() {
-        None
-    } else {
-        let managed = state.api_keys.list(&caller).await?;
-        let mut principals: Vec<String> = managed.iter().map(|info| format!("key:{}", info.id)).collect();
-        principals.push(caller.principal_id.clone());
-        Some(principals)
-    };
+    let mut principals = super::visible_principals(&state, &caller).await?;
     if let Some(wanted) = params.principal_id {
         principals = Some(match principals {
             Some(allowed) => allowed.into_iter().filter(|principal| *principal == wanted).collect(),

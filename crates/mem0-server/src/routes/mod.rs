@@ -142,3 +142,19 @@ pub struct MessageResponse {
     /// What happened.
     pub message: String,
 }
+
+/// Whose entries an admin may read in the request log and the audit trail: everyone's of its
+/// tenant (`None`) for a tenant or global admin; for an admin bound to some users or agents, its
+/// own and those of the keys it manages, never the whole tenant's.
+pub(crate) async fn visible_principals(
+    state: &AppState,
+    caller: &mem0_core::Caller,
+) -> Result<Option<Vec<String>>, crate::error::ApiError> {
+    if caller.global_admin || caller.is_tenant_admin() {
+        return Ok(None);
+    }
+    let managed = state.api_keys.list(caller).await?;
+    let mut principals: Vec<String> = managed.iter().map(|info| format!("key:{}", info.id)).collect();
+    principals.push(caller.principal_id.clone());
+    Ok(Some(principals))
+}

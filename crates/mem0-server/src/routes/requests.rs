@@ -63,16 +63,7 @@ pub async fn list_requests(
         return Err(ApiError::validation("limit", "must be between 1 and 200"));
     }
     let tenant = (!caller.global_admin).then_some(caller.tenant.as_str());
-    // An admin bound to some users or agents sees its own requests and those of the keys it
-    // manages, never the whole tenant's.
-    let principals: Option<Vec<String>> = if caller.global_admin || caller.is_tenant_admin() {
-        None
-    } else {
-        let managed = state.api_keys.list(&caller).await?;
-        let mut principals: Vec<String> = managed.iter().map(|info| format!("key:{}", info.id)).collect();
-        principals.push(caller.principal_id.clone());
-        Some(principals)
-    };
+    let principals = super::visible_principals(&state, &caller).await?;
     let entries = state.requests.recent(tenant, principals.as_deref(), query.before, limit).await?;
     let next = (entries.len() == limit).then(|| entries.last().map(|entry| entry.id)).flatten();
     let results = entries;

@@ -9,12 +9,12 @@ use super::codec::row_to_record;
 use super::COLUMNS;
 use crate::error::{Error, Result};
 use crate::scope::Scope;
-use crate::state::{resolve, StateRow};
+use crate::state::resolve;
 use crate::store::sql::{where_clause, Postgres as Pg};
 use crate::store::{
     dedup_lock_key, doc_len, links_to_write, without_known, Applied, EntityLink, ScopedQuery, WriteSet,
 };
-use crate::types::{HistoryRecord, MemoryRecord, MemoryStatus, SourceType};
+use crate::types::{HistoryRecord, MemoryRecord};
 
 /// Resolves the chains of the write's state keys again, each under a transaction lock of its own
 /// (taken in key order), so concurrent writers of one key, replicas too, see each other's rows.
@@ -45,20 +45,15 @@ async fn resolve_states(executor: &mut sqlx::PgConnection, write: &WriteSet) -> 
         let chain = rows
             .iter()
             .map(|row| {
-                let status: String = row.try_get("status")?;
-                let source: String = row.try_get("source_type")?;
-                let confidence: f64 = row.try_get("confidence")?;
-                Ok(StateRow {
-                    id: row.try_get("id")?,
-                    status: MemoryStatus::parse(&status)
-                        .ok_or_else(|| Error::Internal(format!("stored status {status:?} is unknown")))?,
-                    time: row.try_get("t")?,
-                    confidence: confidence as f32,
-                    source_type: SourceType::parse(&source)
-                        .ok_or_else(|| Error::Internal(format!("stored source_type {source:?} is unknown")))?,
-                    superseded_by: row.try_get("superseded_by")?,
-                    valid_to: row.try_get("valid_to")?,
-                })
+                crate::store::state_row(
+                    row.try_get("id")?,
+                    row.try_get("status")?,
+                    row.try_get("t")?,
+                    row.try_get("confidence")?,
+                    row.try_get("source_type")?,
+                    row.try_get("superseded_by")?,
+                    row.try_get("valid_to")?,
+                )
             })
             .collect::<Result<Vec<_>>>()?;
         for change in resolve(&chain) {
@@ -243,17 +238,8 @@ pub(super) async fn insert_rows(executor: &mut sqlx::PgConnection, records: &[Me
                 .bind(&record.entities)
                 .bind(&record.text_lemmatized)
                 .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
-                .bind(Vector::from(record.embedding.clone()))
-                .bind(record.provenance.source_type.as_str())
-                .bind(&record.provenance.source_actor)
-                .bind(&record.provenance.source_app)
-                .bind(&record.provenance.evidence_ref)
-                .bind(record.provenance.stored_confidence())
-                .bind(&record.state.state_key)
-                .bind(record.state.status.as_str())
-                .bind(record.state.superseded_by)
-                .bind(record.state.valid_to)
-                .bind(record.state.event_time);
+                .bind(Vector::from(record.embedding.clone()));
+            query = bind_provenance_and_state(query, record);
         }
         query.execute(&mut *executor).await?;
     }
@@ -261,7 +247,7 @@ pub(super) async fn insert_rows(executor: &mut sqlx::PgConnection, records: &[Me
 }
 
 pub(super) async fn update_one(executor: &mut sqlx::PgConnection, record: &MemoryRecord) -> Result<()> {
-    sqlx::query(
+    let update = sqlx::query(
         "update memories set memory = $1, hash = $2, metadata = $3, created_at = $4, updated_at = $5, \
          expiration_date = $6, embedding = $7, text_lemmatized = $10, doc_len = $11, entities = $12, \
          source_type = $13, source_actor = $14, source_app = $15, evidence_ref = $16, confidence = $17, \
@@ -279,20 +265,28 @@ pub(super) async fn update_one(executor: &mut sqlx::PgConnection, record: &Memor
     .bind(record.id)
     .bind(&record.text_lemmatized)
     .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
-    .bind(&record.entities)
-    .bind(record.provenance.source_type.as_str())
-    .bind(&record.provenance.source_actor)
-    .bind(&record.provenance.source_app)
-    .bind(&record.provenance.evidence_ref)
-    .bind(record.provenance.stored_confidence())
-    .bind(&record.state.state_key)
-    .bind(record.state.status.as_str())
-    .bind(record.state.superseded_by)
-    .bind(record.state.valid_to)
-    .bind(record.state.event_time)
-    .execute(&mut *executor)
-    .await?;
+    .bind(&record.entities);
+    bind_provenance_and_state(update, record).execute(&mut *executor).await?;
     Ok(())
+}
+
+/// Binds a record's provenance and state columns, in the order of [`COLUMNS`] (and of the update
+/// statement's last placeholders).
+fn bind_provenance_and_state<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    record: &'q MemoryRecord,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query
+        .bind(record.provenance.source_type.as_str())
+        .bind(&record.provenance.source_actor)
+        .bind(&record.provenance.source_app)
+        .bind(&record.provenance.evidence_ref)
+        .bind(record.provenance.stored_confidence())
+        .bind(&record.state.state_key)
+        .bind(record.state.status.as_str())
+        .bind(record.state.superseded_by)
+        .bind(record.state.valid_to)
+        .bind(record.state.event_time)
 }
 
 /// The entity links of `memory_ids` with everything needed to link them again.

@@ -10,12 +10,12 @@ use super::codec::{decode_embedding, encode_embedding, from_micros, micros, row_
 use super::{COLUMNS, FETCH_CHUNK};
 use crate::error::{Error, Result};
 use crate::scope::Scope;
-use crate::state::{resolve, StateRow};
+use crate::state::resolve;
 use crate::store::sql::{where_clause, Sqlite};
 use crate::store::{
     cosine, doc_len, links_to_write, term_frequencies, without_known, Applied, EntityLink, ScopedQuery, WriteSet,
 };
-use crate::types::{MemoryRecord, MemoryStatus, SourceType};
+use crate::types::MemoryRecord;
 
 /// Entity ids linked to any of `ids` (read before the memories are deleted).
 pub(super) async fn linked_entities(executor: &mut sqlx::SqliteConnection, ids: &[String]) -> Result<Vec<String>> {
@@ -87,43 +87,52 @@ pub(super) async fn scope_entities(
 
 pub(super) async fn insert_one(executor: &mut sqlx::SqliteConnection, record: &MemoryRecord) -> Result<()> {
     let metadata = serde_json::Value::Object(record.metadata.clone()).to_string();
-    sqlx::query(&format!(
+    let statement = format!(
         "insert into memories ({COLUMNS}) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, \
          ?, ?, ?, ?, ?)"
-    ))
-    .bind(record.id.to_string())
-    .bind(&record.tenant)
-    .bind(&record.scope.user_id)
-    .bind(&record.scope.agent_id)
-    .bind(&record.scope.run_id)
-    .bind(&record.memory)
-    .bind(&record.hash)
-    .bind(metadata)
-    .bind(micros(record.created_at))
-    .bind(micros(record.updated_at))
-    .bind(record.expiration_date.map(|date| date.format("%Y-%m-%d").to_string()))
-    .bind(&record.attributed_to)
-    .bind(&record.role)
-    .bind(&record.actor_id)
-    .bind(&record.memory_type)
-    .bind(serde_json::to_string(&record.linked_memory_ids).unwrap_or_else(|_| "[]".to_owned()))
-    .bind(serde_json::to_string(&record.entities).unwrap_or_else(|_| "[]".to_owned()))
-    .bind(&record.text_lemmatized)
-    .bind(doc_len(&record.text_lemmatized))
-    .bind(encode_embedding(&record.embedding))
-    .bind(record.provenance.source_type.as_str())
-    .bind(&record.provenance.source_actor)
-    .bind(&record.provenance.source_app)
-    .bind(&record.provenance.evidence_ref)
-    .bind(record.provenance.stored_confidence())
-    .bind(&record.state.state_key)
-    .bind(record.state.status.as_str())
-    .bind(record.state.superseded_by.map(|id| id.to_string()))
-    .bind(record.state.valid_to.map(micros))
-    .bind(record.state.event_time.map(micros))
-    .execute(&mut *executor)
-    .await?;
+    );
+    let insert = sqlx::query(&statement)
+        .bind(record.id.to_string())
+        .bind(&record.tenant)
+        .bind(&record.scope.user_id)
+        .bind(&record.scope.agent_id)
+        .bind(&record.scope.run_id)
+        .bind(&record.memory)
+        .bind(&record.hash)
+        .bind(metadata)
+        .bind(micros(record.created_at))
+        .bind(micros(record.updated_at))
+        .bind(record.expiration_date.map(|date| date.format("%Y-%m-%d").to_string()))
+        .bind(&record.attributed_to)
+        .bind(&record.role)
+        .bind(&record.actor_id)
+        .bind(&record.memory_type)
+        .bind(serde_json::to_string(&record.linked_memory_ids).unwrap_or_else(|_| "[]".to_owned()))
+        .bind(serde_json::to_string(&record.entities).unwrap_or_else(|_| "[]".to_owned()))
+        .bind(&record.text_lemmatized)
+        .bind(doc_len(&record.text_lemmatized))
+        .bind(encode_embedding(&record.embedding));
+    bind_provenance_and_state(insert, record).execute(&mut *executor).await?;
     write_terms(executor, record).await
+}
+
+/// Binds a record's provenance and state columns, in the order of [`COLUMNS`] (and of the update
+/// statement).
+fn bind_provenance_and_state<'q>(
+    query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    record: &'q MemoryRecord,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    query
+        .bind(record.provenance.source_type.as_str())
+        .bind(&record.provenance.source_actor)
+        .bind(&record.provenance.source_app)
+        .bind(&record.provenance.evidence_ref)
+        .bind(record.provenance.stored_confidence())
+        .bind(&record.state.state_key)
+        .bind(record.state.status.as_str())
+        .bind(record.state.superseded_by.map(|id| id.to_string()))
+        .bind(record.state.valid_to.map(micros))
+        .bind(record.state.event_time.map(micros))
 }
 
 /// Writes the keyword postings of a record (after removing any old ones), each carrying the
@@ -207,22 +216,17 @@ async fn resolve_states(executor: &mut sqlx::SqliteConnection, write: &WriteSet)
             .iter()
             .map(|row| {
                 let id: String = row.try_get("id")?;
-                let status: String = row.try_get("status")?;
-                let source: String = row.try_get("source_type")?;
                 let superseded_by: Option<String> = row.try_get("superseded_by")?;
                 let valid_to: Option<i64> = row.try_get("valid_to")?;
-                let confidence: f64 = row.try_get("confidence")?;
-                Ok(StateRow {
-                    id: super::parse_id(&id)?,
-                    status: MemoryStatus::parse(&status)
-                        .ok_or_else(|| Error::Internal(format!("stored status {status:?} is unknown")))?,
-                    time: from_micros(row.try_get("t")?)?,
-                    confidence: confidence as f32,
-                    source_type: SourceType::parse(&source)
-                        .ok_or_else(|| Error::Internal(format!("stored source_type {source:?} is unknown")))?,
-                    superseded_by: superseded_by.as_deref().map(super::parse_id).transpose()?,
-                    valid_to: valid_to.map(from_micros).transpose()?,
-                })
+                crate::store::state_row(
+                    super::parse_id(&id)?,
+                    row.try_get("status")?,
+                    from_micros(row.try_get("t")?)?,
+                    row.try_get("confidence")?,
+                    row.try_get("source_type")?,
+                    superseded_by.as_deref().map(super::parse_id).transpose()?,
+                    valid_to.map(from_micros).transpose()?,
+                )
             })
             .collect::<Result<Vec<_>>>()?;
         for change in resolve(&chain) {
@@ -338,7 +342,7 @@ pub(super) async fn settle_in(executor: &mut sqlx::SqliteConnection, ids: &[Uuid
 
 pub(super) async fn update_one(executor: &mut sqlx::SqliteConnection, record: &MemoryRecord) -> Result<()> {
     let metadata = serde_json::Value::Object(record.metadata.clone()).to_string();
-    sqlx::query(
+    let update = sqlx::query(
         "update memories set memory = ?, hash = ?, metadata = ?, created_at = ?, updated_at = ?, \
          expiration_date = ?, text_lemmatized = ?, doc_len = ?, entities = ?, embedding = ?, source_type = ?, \
          source_actor = ?, source_app = ?, evidence_ref = ?, confidence = ?, state_key = ?, status = ?, \
@@ -353,21 +357,12 @@ pub(super) async fn update_one(executor: &mut sqlx::SqliteConnection, record: &M
     .bind(&record.text_lemmatized)
     .bind(doc_len(&record.text_lemmatized))
     .bind(serde_json::to_string(&record.entities).unwrap_or_else(|_| "[]".to_owned()))
-    .bind(encode_embedding(&record.embedding))
-    .bind(record.provenance.source_type.as_str())
-    .bind(&record.provenance.source_actor)
-    .bind(&record.provenance.source_app)
-    .bind(&record.provenance.evidence_ref)
-    .bind(record.provenance.stored_confidence())
-    .bind(&record.state.state_key)
-    .bind(record.state.status.as_str())
-    .bind(record.state.superseded_by.map(|id| id.to_string()))
-    .bind(record.state.valid_to.map(micros))
-    .bind(record.state.event_time.map(micros))
-    .bind(&record.tenant)
-    .bind(record.id.to_string())
-    .execute(&mut *executor)
-    .await?;
+    .bind(encode_embedding(&record.embedding));
+    bind_provenance_and_state(update, record)
+        .bind(&record.tenant)
+        .bind(record.id.to_string())
+        .execute(&mut *executor)
+        .await?;
     write_terms(executor, record).await
 }
 
