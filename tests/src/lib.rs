@@ -324,6 +324,13 @@ impl TestServer {
         memory
     }
 
+    /// Opens the server's history (and audit trail, request log) afresh, as a restarted server
+    /// would.
+    pub async fn reopen_history(&self) -> mem0_core::history::HistoryStore {
+        let url = self.database.as_ref().map(|database| database.url.as_str());
+        open_stores(self.kind, url, &self.data_dir).await.1
+    }
+
     /// Sends the shutdown signal (what SIGTERM does) and returns the serving task, which ends
     /// once the server has stopped.
     pub fn begin_shutdown(&mut self) -> tokio::task::JoinHandle<()> {

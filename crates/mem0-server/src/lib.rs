@@ -245,6 +245,7 @@ pub async fn serve(
     let grace = Duration::from_secs(state.settings.server.shutdown_grace_secs);
     let closing = Arc::new(tokio::sync::Notify::new());
     let closed = Arc::clone(&closing);
+    let logs = (state.request_log.clone(), state.audit.clone(), state.reads.clone());
     let signal = async move {
         shutdown.await;
         draining.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -265,11 +266,22 @@ pub async fn serve(
         closing.notified().await;
         tokio::time::sleep(grace).await;
     };
-    tokio::select! {
+    let served = tokio::select! {
         served = server => served,
         () = deadline => {
             tracing::warn!(grace_secs = grace.as_secs(), "shutdown grace period over: requests still in flight are cut off");
             Ok(())
         }
+    };
+    // What the requests queued for the request log, the audit trail and the read log is written
+    // before the process ends (bounded: a database that is gone must not hold the exit).
+    let (request_log, audit, reads) = logs;
+    let written = async { tokio::join!(request_log.flush(), audit.flush(), reads.flush()) };
+    if tokio::time::timeout(LOG_FLUSH_AT_EXIT, written).await.is_err() {
+        tracing::warn!("the logs were not all written within {LOG_FLUSH_AT_EXIT:?} of shutdown: entries may be lost");
     }
+    served
 }
+
+/// How long a shutdown waits for the background logs to be written.
+const LOG_FLUSH_AT_EXIT: Duration = Duration::from_secs(10);

@@ -73,7 +73,7 @@ async fn shutdown_without_requests_in_flight_is_immediate() {
 
 /// The shutdown signal while 32 searches and adds (1,500-character turns) are in flight: every
 /// request either completes or is never acknowledged, every acknowledged add is stored with its
-/// history, and nothing stored lacks its history.
+/// history (and in the audit trail), and nothing stored lacks its history.
 #[tokio::test]
 async fn shutdown_during_32_requests_loses_nothing_acknowledged() {
     let mut settings = test_settings();
@@ -145,6 +145,24 @@ async fn shutdown_during_32_requests_loses_nothing_acknowledged() {
             Some(mem0_core::HistoryEvent::Add),
             "{} has its ADD",
             item.id
+        );
+    }
+    // The audit trail was written before the server stopped (nobody flushed it here).
+    let trail = server
+        .reopen_history()
+        .await
+        .audit_log()
+        .query(&mem0_core::history::AuditQuery {
+            actions: Some(vec![mem0_core::history::AuditAction::Add]),
+            limit: 500,
+            ..mem0_core::history::AuditQuery::default()
+        })
+        .await
+        .expect("audit trail");
+    for id in &acknowledged {
+        assert!(
+            trail.iter().any(|entry| entry.memory_id.as_deref() == Some(id.as_str())),
+            "acknowledged add {id} is in the audit trail after shutdown"
         );
     }
     println!(

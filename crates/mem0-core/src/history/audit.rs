@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::db::{in_transaction, on_pool, Db};
+use super::db::{in_transaction, insert_rows, on_pool, Db, ROWS_PER_INSERT};
 use crate::error::Result;
 use crate::scope::Caller;
 
@@ -174,20 +174,25 @@ impl AuditLog {
     /// [`crate::Error::StoreUnavailable`].
     pub async fn append(&self, entries: &[AuditEntry]) -> Result<()> {
         in_transaction!(&self.db, |transaction, sql| {
-            let statement =
-                sql("insert into audit_log (at, tenant, principal_id, action, memory_id, request_id, detail) \
-                 values (?, ?, ?, ?, ?, ?, ?)");
-            for entry in entries {
-                sqlx::query(&statement)
-                    .bind(entry.at.timestamp_micros())
-                    .bind(&entry.tenant)
-                    .bind(&entry.principal_id)
-                    .bind(entry.action.as_str())
-                    .bind(&entry.memory_id)
-                    .bind(&entry.request_id)
-                    .bind(&entry.detail)
-                    .execute(&mut *transaction)
-                    .await?;
+            for chunk in entries.chunks(ROWS_PER_INSERT) {
+                let statement = sql(&insert_rows(
+                    "insert into audit_log (at, tenant, principal_id, action, memory_id, request_id, detail) values",
+                    7,
+                    chunk.len(),
+                ));
+                // Full chunks reuse one prepared statement; the odd-sized last one is not cached.
+                let mut insert = sqlx::query(&statement).persistent(chunk.len() == ROWS_PER_INSERT);
+                for entry in chunk {
+                    insert = insert
+                        .bind(entry.at.timestamp_micros())
+                        .bind(&entry.tenant)
+                        .bind(&entry.principal_id)
+                        .bind(entry.action.as_str())
+                        .bind(&entry.memory_id)
+                        .bind(&entry.request_id)
+                        .bind(&entry.detail);
+                }
+                insert.execute(&mut *transaction).await?;
             }
         });
         Ok(())

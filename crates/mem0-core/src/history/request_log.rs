@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::Row;
 
-use super::db::{in_transaction, on_pool, Db};
+use super::db::{in_transaction, insert_rows, on_pool, Db, ROWS_PER_INSERT};
 use crate::error::Result;
 
 /// One handled request, as kept in the request log.
@@ -47,20 +47,24 @@ impl RequestLog {
     /// [`Error::StoreUnavailable`].
     pub async fn append(&self, entries: &[RequestLogEntry]) -> Result<()> {
         in_transaction!(&self.db, |transaction, sql| {
-            let statement =
-                sql("insert into request_log (at, method, route, status, latency_ms, principal_id, tenant) \
-                 values (?, ?, ?, ?, ?, ?, ?)");
-            for entry in entries {
-                sqlx::query(&statement)
-                    .bind(entry.at.timestamp_micros())
-                    .bind(&entry.method)
-                    .bind(&entry.route)
-                    .bind(i64::from(entry.status))
-                    .bind(entry.latency_ms)
-                    .bind(&entry.principal_id)
-                    .bind(&entry.tenant)
-                    .execute(&mut *transaction)
-                    .await?;
+            for chunk in entries.chunks(ROWS_PER_INSERT) {
+                let statement = sql(&insert_rows(
+                    "insert into request_log (at, method, route, status, latency_ms, principal_id, tenant) values",
+                    7,
+                    chunk.len(),
+                ));
+                let mut insert = sqlx::query(&statement).persistent(chunk.len() == ROWS_PER_INSERT);
+                for entry in chunk {
+                    insert = insert
+                        .bind(entry.at.timestamp_micros())
+                        .bind(&entry.method)
+                        .bind(&entry.route)
+                        .bind(i64::from(entry.status))
+                        .bind(entry.latency_ms)
+                        .bind(&entry.principal_id)
+                        .bind(&entry.tenant);
+                }
+                insert.execute(&mut *transaction).await?;
             }
         });
         Ok(())

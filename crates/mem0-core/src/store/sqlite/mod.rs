@@ -110,6 +110,9 @@ impl SqliteStore {
     }
 }
 
+/// Memories per upsert of the read log (4 parameters each).
+const READS_PER_UPSERT: usize = 250;
+
 /// The writers of one SQLite file take turns in-process before `BEGIN IMMEDIATE`. SQLite admits
 /// one writer at a time anyway; waiting here is first come, first served and wakes the next
 /// writer as soon as the lock is free, whereas SQLite's busy handler polls with sleeps of up to
@@ -419,19 +422,23 @@ impl AccessLog for SqliteStore {
             return Ok(());
         }
         let mut transaction = self.turns.begin(&self.pool).await?;
-        for (tenant, id, at, count) in grouped {
-            sqlx::query(
-                "insert into memory_reads (memory_id, tenant, last_read_at, reads) \
-                 select id, tenant, ?, ? from memories where id = ? and tenant = ? \
+        // One statement per chunk (not one per memory); reads of memories deleted meanwhile, or
+        // of another tenant's, join nothing.
+        for chunk in grouped.chunks(READS_PER_UPSERT) {
+            let rows = vec!["(?, ?, ?, ?)"; chunk.len()].join(", ");
+            let statement = format!(
+                "with r (id, tenant, at, n) as (values {rows}) \
+                 insert into memory_reads (memory_id, tenant, last_read_at, reads) \
+                 select m.id, m.tenant, r.at, r.n from r join memories m on m.id = r.id and m.tenant = r.tenant \
+                 where true \
                  on conflict (memory_id) do update set last_read_at = max(last_read_at, excluded.last_read_at), \
-                 reads = reads + excluded.reads",
-            )
-            .bind(micros(at))
-            .bind(count)
-            .bind(id.to_string())
-            .bind(&tenant)
-            .execute(&mut *transaction)
-            .await?;
+                 reads = reads + excluded.reads"
+            );
+            let mut upsert = sqlx::query(&statement).persistent(chunk.len() == READS_PER_UPSERT);
+            for (tenant, id, at, count) in chunk {
+                upsert = upsert.bind(id.to_string()).bind(tenant).bind(micros(*at)).bind(count);
+            }
+            upsert.execute(&mut *transaction).await?;
         }
         transaction.commit().await?;
         Ok(())
