@@ -207,6 +207,42 @@ pub fn resolve(rows: &[StateRow]) -> Vec<StateChange> {
         .collect()
 }
 
+/// What [`order_conflicts`] needs of a ranked result: the chain it is in conflict within (key
+/// and scope), its confidence, its source and its id; `None` for results not in conflict.
+pub type ConflictTerms = Option<(String, f32, SourceType, Uuid)>;
+
+/// Orders the values in `conflict` of each chain among the places they hold in a ranking: the
+/// best first (higher confidence, then the more trusted source, then the later arrival, as the
+/// resolver picks), whatever their scores. Other results keep their places.
+pub fn order_conflicts<T: Clone>(ranked: &mut [T], terms: impl Fn(&T) -> ConflictTerms) {
+    let mut chains: Vec<(String, Vec<usize>)> = Vec::new();
+    for (index, item) in ranked.iter().enumerate() {
+        if let Some((chain, ..)) = terms(item) {
+            match chains.iter_mut().find(|(known, _)| *known == chain) {
+                Some((_, places)) => places.push(index),
+                None => chains.push((chain, vec![index])),
+            }
+        }
+    }
+    for (_, places) in chains.into_iter().filter(|(_, places)| places.len() > 1) {
+        let mut members: Vec<T> = places.iter().map(|&index| ranked[index].clone()).collect();
+        members.sort_by(|a, b| {
+            let (Some((_, a_confidence, a_source, a_id)), Some((_, b_confidence, b_source, b_id))) =
+                (terms(a), terms(b))
+            else {
+                return Ordering::Equal;
+            };
+            b_confidence
+                .total_cmp(&a_confidence)
+                .then_with(|| source_rank(b_source).cmp(&source_rank(a_source)))
+                .then_with(|| b_id.cmp(&a_id))
+        });
+        for (index, member) in places.into_iter().zip(members) {
+            ranked[index] = member;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
@@ -328,5 +364,24 @@ mod tests {
         for bad in ["", "a b", "x;drop", &"k".repeat(129)] {
             assert!(check_key(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn conflicting_values_are_ordered_by_confidence_then_source_in_their_places() {
+        // (name, chain in conflict, confidence, source, id order)
+        let item = |name: &'static str, chain: Option<&str>, confidence: f32, source: SourceType, n: u128| {
+            (name, chain.map(|chain| (chain.to_owned(), confidence, source, Uuid::from_u128(n))))
+        };
+        let mut ranked = vec![
+            item("guess", Some("ann/user.city"), 0.6, SourceType::AgentInferred, 1),
+            item("tea", None, 0.0, SourceType::UserStated, 2),
+            item("said", Some("ann/user.city"), 0.9, SourceType::UserStated, 3),
+            item("other", Some("bob/user.city"), 0.5, SourceType::ToolResult, 4),
+            item("tool", Some("ann/user.city"), 0.9, SourceType::ToolResult, 5),
+            item("newer other", Some("bob/user.city"), 0.5, SourceType::ToolResult, 6),
+        ];
+        order_conflicts(&mut ranked, |(_, terms)| terms.clone());
+        let names: Vec<&str> = ranked.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["said", "tea", "tool", "newer other", "guess", "other"]);
     }
 }

@@ -231,3 +231,55 @@ async fn time_in_the_query_reaches_back_into_the_chain() {
     let bad = server.post("/search", json!({"query": "x", "user_id": "ann", "reference_time": "tomorrow"})).await;
     assert_eq!((bad.status, &bad.body["details"]["field"]), (400, &json!("reference_time")), "{}", bad.body);
 }
+
+/// Two values of one key at the same event time from different sources cannot be ordered by
+/// time: both stay visible as `conflict`, and search puts the more trusted one first even when
+/// the other matches the query's words better.
+#[tokio::test]
+async fn conflicting_values_are_both_shown_the_more_trusted_first() {
+    let server = TestServer::start().await;
+    let value = |text: &str, source_type: &str, confidence: f64| {
+        json!({"messages": [{"role": "user", "content": text}], "user_id": "ann", "infer": false,
+            "state_key": "user.home_city", "event_time": "2026-04-01T00:00:00Z",
+            "source_type": source_type, "confidence": confidence})
+    };
+    let guess = server.post("/memories", value("The user lives in Cambridge", "agent_inferred", 0.55)).await;
+    assert_eq!(guess.status, 200, "{}", guess.body);
+    let said = server.post("/memories", value("I moved to Boston", "user_stated", 0.9)).await;
+    assert_eq!(said.status, 200, "{}", said.body);
+    server.add_texts("ann", &["I like sourdough bread"], json!({})).await;
+
+    let reply = server
+        .post(
+            "/search",
+            json!({"query": "where does the user live", "user_id": "ann", "threshold": 0.0, "explain": true}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let results = reply.body["results"].as_array().expect("results");
+    let conflicting: Vec<(&str, &str)> = results
+        .iter()
+        .filter(|item| item["state_key"] == "user.home_city")
+        .map(|item| (item["memory"].as_str().unwrap(), item["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        conflicting,
+        [("I moved to Boston", "conflict"), ("The user lives in Cambridge", "conflict")],
+        "{}",
+        reply.body
+    );
+    // The trusted value took the better place: the guess matched the query's words better.
+    let score_of = |text: &str| {
+        results.iter().find(|item| item["memory"] == text).and_then(|item| item["score"].as_f64()).expect("score")
+    };
+    assert!(score_of("The user lives in Cambridge") > score_of("I moved to Boston"), "{}", reply.body);
+    // A person settles it: the pinned value is current, the others superseded by it.
+    let settled = server
+        .put(&format!("/memories/{}", said.body["results"][0]["id"].as_str().expect("id")), json!({"status": "pinned"}))
+        .await;
+    assert_eq!(settled.status, 200, "{}", settled.body);
+    assert_eq!(
+        server.search_texts(json!({"query": "where does the user live", "user_id": "ann", "threshold": 0.0})).await,
+        ["I moved to Boston", "I like sourdough bread"]
+    );
+}

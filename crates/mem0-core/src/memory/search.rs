@@ -12,10 +12,11 @@ use crate::filter::{Condition, Field, Filter, Operand, Operator, Scalar, TextFie
 use crate::history::AuditAction;
 use crate::retrieval::{self, ScoreExplanation};
 use crate::scope::{Caller, Role};
+use crate::state;
 use crate::store::ScopedQuery;
 use crate::temporal::{self, TimePreference};
 use crate::text;
-use crate::types::{MemoryItem, MemoryRecord};
+use crate::types::{MemoryItem, MemoryRecord, MemoryStatus};
 
 impl Memory {
     /// Finds the memories of a scope that match a query best: hybrid (dense, BM25 and entity
@@ -134,6 +135,12 @@ impl Memory {
             // Stable: equal rerank scores keep the fused order.
             results.sort_by(|a, b| b.rerank_score.unwrap_or(0.0).total_cmp(&a.rerank_score.unwrap_or(0.0)));
         }
+        // Values of one key that the resolver could not order by time: the more trusted first.
+        state::order_conflicts(&mut results, |item| {
+            let key = item.state_key.as_ref().filter(|_| item.status == MemoryStatus::Conflict)?;
+            let scope = [&item.user_id, &item.agent_id, &item.run_id].map(|id| id.as_deref().unwrap_or_default());
+            Some((format!("{}\u{1f}{key}", scope.join("\u{1f}")), item.confidence, item.source_type, item.id))
+        });
         results.truncate(request.top_k);
         self.audit(caller, AuditAction::SearchHit, results.iter().map(|item| item.id));
         self.note_reads(caller, results.iter().map(|item| item.id));
