@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 
-use chrono::{Duration, NaiveDate, TimeZone, Utc};
+use chrono::{Datelike, Duration, NaiveDate, TimeZone, Utc};
 use mem0_core::decay::MemoryRead;
 use mem0_core::filter::parse_filter;
 use mem0_core::retrieval::Bm25;
@@ -355,6 +355,85 @@ async fn chain_view(store: &dyn VectorStore, v: &[f32], include_superseded: bool
 /// ones are superseded (hidden from listing, search and keyword candidates unless asked for),
 /// other scopes keep their own chain, equal times from different sources are a conflict, deleting
 /// the current value brings back the one before, and undoing a write restores the chain.
+/// Sixteen writes of one key at once, each in its own transaction, arriving in an order unrelated
+/// to their event times: one active value (the newest event) and every other superseded by its
+/// successor in time. (Without the store's lock per key, writers each resolve the chain they saw
+/// before the others committed.)
+async fn check_concurrent_writers_of_one_key(store: &dyn VectorStore) {
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let v = unit([0.0, 1.0, 0.0, 0.0]);
+    let scope = Scope::new(Some("racer"), None, None).expect("scope");
+    let day = |d: u32| Utc.with_ymd_and_hms(2026, 3, d, 12, 0, 0).single().expect("time");
+    let values: Vec<MemoryRecord> = (0..16_u32)
+        .map(|index| {
+            let d = 1 + (index * 7) % 16;
+            let mut memory = record("t", "racer", &format!("trains at gym {d}"), v.clone(), json!({}), i64::from(d));
+            memory.state =
+                StateInfo { state_key: Some("user.gym".into()), event_time: Some(day(d)), ..StateInfo::default() };
+            memory
+        })
+        .collect();
+    let key = StateKey { tenant: "t".into(), scope: scope.clone(), key: "user.gym".into() };
+    let writes: Vec<WriteSet> = values
+        .iter()
+        .map(|memory| WriteSet {
+            tenant: "t".into(),
+            resolve: vec![key.clone()],
+            ..WriteSet::insert(std::slice::from_ref(memory))
+        })
+        .collect();
+    for applied in futures::future::join_all(writes.iter().map(|write| store.apply(write))).await {
+        applied.expect("write");
+    }
+    let day_of: std::collections::HashMap<Uuid, u32> =
+        values.iter().map(|memory| (memory.id, memory.state.event_time.expect("time").day())).collect();
+    let mut active = Vec::new();
+    for memory in &values {
+        let stored = store.get("t", memory.id).await.expect("get").expect("present");
+        let d = day_of[&memory.id];
+        match stored.state.status {
+            MemoryStatus::Active => active.push(d),
+            MemoryStatus::Superseded => {
+                let successor = stored.state.superseded_by.expect("successor");
+                assert_eq!(day_of[&successor], d + 1, "day {d} is superseded by the next day");
+                assert_eq!(stored.state.valid_to, Some(day(d + 1)), "day {d} ends when the next begins");
+            }
+            other => panic!("day {d}: {other:?}"),
+        }
+    }
+    assert_eq!(active, [16], "one current value, the newest");
+
+    // Sixteen concurrent changes of event times only (no row inserted or deleted, so nothing else
+    // makes the writers wait for each other): the order reverses.
+    let mut moved = Vec::new();
+    for memory in &values {
+        let mut stored = store.get("t", memory.id).await.expect("get").expect("present");
+        stored.state.event_time = Some(day(17 - day_of[&memory.id]));
+        moved.push(stored);
+    }
+    let updates: Vec<WriteSet> = moved
+        .iter()
+        .map(|memory| WriteSet { tenant: "t".into(), resolve: vec![key.clone()], ..WriteSet::update(memory) })
+        .collect();
+    for applied in futures::future::join_all(updates.iter().map(|write| store.apply(write))).await {
+        applied.expect("update");
+    }
+    let mut active = Vec::new();
+    for memory in &values {
+        let stored = store.get("t", memory.id).await.expect("get").expect("present");
+        let d = 17 - day_of[&memory.id];
+        match stored.state.status {
+            MemoryStatus::Active => active.push(d),
+            MemoryStatus::Superseded => {
+                let successor = stored.state.superseded_by.expect("successor");
+                assert_eq!(17 - day_of[&successor], d + 1, "after the moves, day {d} is superseded by the next day");
+            }
+            other => panic!("day {d}: {other:?}"),
+        }
+    }
+    assert_eq!(active, [16], "one current value after the moves: the value first told as day 1");
+}
+
 async fn check_state_chains(store: &dyn VectorStore) {
     store.ensure_dimension(DIM, "test").await.expect("dimension");
     let v = unit([1.0, 0.0, 0.0, 0.0]);
@@ -947,6 +1026,12 @@ macro_rules! conformance_suite {
             async fn state_chains() {
                 let (store, _guard) = $open;
                 check_state_chains(&store).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn concurrent_writers_of_one_key() {
+                let (store, _guard) = $open;
+                check_concurrent_writers_of_one_key(&store).await;
             }
 
             #[tokio::test]

@@ -283,3 +283,45 @@ async fn conflicting_values_are_both_shown_the_more_trusted_first() {
         ["I moved to Boston", "I like sourdough bread"]
     );
 }
+
+/// Sixteen writers of one key at once (arrival order unrelated to event order): one current
+/// value, the newest by event time, and every other value superseded by its successor in time.
+#[tokio::test]
+async fn concurrent_writers_of_one_key_leave_one_consistent_chain() {
+    let server = TestServer::start().await;
+    let writes = (0..16_u32).map(|index| {
+        // Event days in a scrambled order: 7, 14, 5, 12, 3, ...
+        let day = 1 + (index * 7) % 16;
+        let body = json!({"messages": [{"role": "user", "content": format!("I live in city number {day}")}],
+            "user_id": "ann", "infer": false, "state_key": "user.home_city",
+            "event_time": format!("2026-03-{day:02}T00:00:00Z")});
+        let (client, base) = (server.client.clone(), server.base.clone());
+        async move {
+            let reply = client.post(format!("{base}/memories")).json(&body).send().await.expect("send");
+            assert_eq!(reply.status(), 200);
+        }
+    });
+    futures::future::join_all(writes).await;
+
+    let reply = server.get("/memories?user_id=ann&include_superseded=true&page_size=100").await;
+    let items = reply.body["results"].as_array().expect("results").clone();
+    assert_eq!(items.len(), 16, "{}", reply.body);
+    let day_of = |item: &Value| item["event_time"].as_str().expect("event time")[8..10].parse::<u32>().expect("day");
+    let by_id: HashMap<&str, &Value> = items.iter().map(|item| (item["id"].as_str().unwrap(), item)).collect();
+    let active: Vec<u32> = items.iter().filter(|item| item["status"] == "active").map(day_of).collect();
+    assert_eq!(active, [16], "one current value, the newest event: {}", reply.body);
+    for item in &items {
+        let day = day_of(item);
+        if day == 16 {
+            continue;
+        }
+        assert_eq!(item["status"], "superseded", "{item}");
+        let successor = by_id[item["superseded_by"].as_str().expect("successor")];
+        assert_eq!(day_of(successor), day + 1, "superseded by the next value in time: {item}");
+        assert_eq!(item["valid_to"], successor["event_time"], "{item}");
+    }
+    assert_eq!(
+        server.search_texts(json!({"query": "where does the user live", "user_id": "ann", "threshold": 0.0})).await,
+        ["I live in city number 16"]
+    );
+}

@@ -16,9 +16,12 @@ use crate::store::{
 };
 use crate::types::{HistoryRecord, MemoryRecord};
 
-/// Resolves the chains of the write's state keys again, each under a transaction lock of its own
-/// (taken in key order), so concurrent writers of one key, replicas too, see each other's rows.
-async fn resolve_states(executor: &mut sqlx::PgConnection, write: &WriteSet) -> Result<()> {
+/// Takes a transaction lock per state key of the write, in key order, before the write changes
+/// any row: concurrent writers of one key (replicas too) then run one after the other and each
+/// resolves the chain with the others' rows committed. (Taken after the row changes, two writers
+/// each holding a row the other's resolution updates deadlocked: found by the conformance case
+/// `concurrent_writers_of_one_key`.)
+async fn lock_state_keys(executor: &mut sqlx::PgConnection, write: &WriteSet) -> Result<()> {
     for key in crate::store::keys_to_resolve(write) {
         let id = |value: &Option<String>| value.clone().unwrap_or_default();
         let lock = format!(
@@ -30,6 +33,14 @@ async fn resolve_states(executor: &mut sqlx::PgConnection, write: &WriteSet) -> 
             key.key
         );
         sqlx::query("select pg_advisory_xact_lock(hashtextextended($1, 0))").bind(lock).execute(&mut *executor).await?;
+    }
+    Ok(())
+}
+
+/// Resolves the chains of the write's state keys again (under the locks [`lock_state_keys`]
+/// took at the start of the transaction).
+async fn resolve_states(executor: &mut sqlx::PgConnection, write: &WriteSet) -> Result<()> {
+    for key in crate::store::keys_to_resolve(write) {
         let rows = sqlx::query(
             "select id, status, coalesce(event_time, created_at) as t, confidence, source_type, superseded_by, \
              valid_to from memories where tenant = $1 and state_key = $2 and user_id is not distinct from $3 \
@@ -110,6 +121,7 @@ async fn known_hashes(
 
 /// Applies a write inside an open transaction (see [`WriteSet`] for the order).
 pub(super) async fn apply_in(executor: &mut sqlx::PgConnection, write: &WriteSet) -> Result<Applied> {
+    lock_state_keys(executor, write).await?;
     let mut applied = Applied::default();
     for (id, expected) in &write.expect {
         let current: Option<chrono::DateTime<chrono::Utc>> =
