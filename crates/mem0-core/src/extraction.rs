@@ -22,7 +22,7 @@ Rules:
 3. Self-contained: a fact must make sense alone. Replace pronouns and references ("she", "my boss", "that place") with who or what they are; call the user "User" unless their name is known. Keep names, numbers, amounts, units, places and qualifiers exactly as said.
 4. Dates: rewrite relative times ("yesterday", "next Friday", "two years ago") as absolute dates using the Observation Date, and keep the date in the fact.
 5. One fact per idea, one sentence each; join lines that describe the same event.
-6. Skip greetings, thanks, small talk, unanswered questions and anything an Existing Memory already says. When a new fact changes, corrects or adds to an existing memory, write the new fact in full and put that memory's id in linked_memory_ids.
+6. Skip greetings, thanks, small talk, unanswered questions and anything an Existing Memory already says. When a new fact changes or corrects an existing memory, so that the old one is no longer true, write the new fact in full and put that memory's id in replaces; when it only adds to one, put its id in linked_memory_ids.
 7. Write every fact in the language of the conversation. Never translate.
 8. entities: the specific people, places, organisations, products, projects, pets and other named things in the fact, spelled as in the fact. Not generic words such as "User", "friend" or "food".
 9. Never write down secrets or identifying numbers: passwords, API keys, tokens, private keys, payment card numbers, government ids. At most note that the user has one ("User has a company credit card"), never its value.
@@ -30,7 +30,7 @@ Rules:
 11. event_date (YYYY-MM-DD): when the fact says when it happened or began ("moved in March" → the first of that month); leave it out otherwise.
 
 Answer with one JSON object and nothing else:
-{"facts": [{"text": "...", "attributed_to": "user", "linked_memory_ids": ["2"], "entities": ["..."], "confidence": 0.9, "state_key": "user.home_city", "event_date": "2026-03-01"}]}
+{"facts": [{"text": "...", "attributed_to": "user", "linked_memory_ids": ["2"], "replaces": ["3"], "entities": ["..."], "confidence": 0.9, "state_key": "user.home_city", "event_date": "2026-03-01"}]}
 attributed_to is "user" or "assistant": whose message the fact comes from. confidence (0 to 1): 0.9 for what was said plainly, lower for hedged, joking or uncertain statements. With nothing worth remembering, answer {"facts": []}.
 
 Example. Observation Date 2026-05-04 (Monday), no existing memories, new messages:
@@ -154,6 +154,8 @@ pub struct ExtractedFact {
     pub attributed_to: Option<String>,
     /// Short ids (`"1"`, `"2"`, …) of related existing memories, as the model wrote them.
     pub linked_ids: Vec<String>,
+    /// Short ids of existing memories the fact changes or corrects (no longer true).
+    pub replaces: Vec<String>,
     /// Named things in the fact.
     pub entities: Vec<String>,
     /// How sure the model is that the fact is true and current (0–1), when given and valid.
@@ -238,6 +240,7 @@ fn fact_from(item: &Value) -> Option<ExtractedFact> {
         text,
         attributed_to,
         linked_ids: strings("linked_memory_ids"),
+        replaces: strings("replaces"),
         entities: strings("entities"),
         confidence,
         state_key,
@@ -406,7 +409,7 @@ mod tests {
             {"text": "  ", "attributed_to": "user"},
             {"text": "User was recommended Kyoto", "attributed_to": "robot", "confidence": 7},
             {"text": "User may move to Oslo", "confidence": "likely", "state_key": "User.Home_City", "event_date": "2026-02-30"},
-            {"text": "User moved to Porto", "event_date": "2026-03-01"},
+            {"text": "User moved to Porto", "event_date": "2026-03-01", "replaces": ["1", 4]},
             {"text": "User likes tea", "state_key": "not a key"}
         ]}"#;
         let facts = parse_facts(reply).expect("parses");
@@ -419,6 +422,10 @@ mod tests {
         assert_eq!((facts[1].confidence, facts[2].confidence), (None, None), "out of range or not a number");
         assert_eq!(facts[0].attributed_to.as_deref(), Some("user"));
         assert_eq!(facts[0].linked_ids, vec!["2", "3"]);
+        assert_eq!(
+            (facts[3].replaces.clone(), facts[0].replaces.clone()),
+            (vec!["1".to_owned(), "4".to_owned()], vec![])
+        );
         assert_eq!(facts[0].entities, vec!["Maria", "Siemens"]);
         assert_eq!(facts[1].attributed_to, None);
     }

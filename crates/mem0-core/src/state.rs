@@ -103,12 +103,22 @@ pub fn check_key(key: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Prefix of the keys given to a memory that a newer fact replaces without either having a key
+/// (see [`chain_key`]); such keys carry no words worth embedding.
+pub const CHAIN_KEY_PREFIX: &str = "chain.";
+
+/// The key a memory replaced by a newer fact (the model's `replaces`) is given when it had none,
+/// shared with its replacement so the resolver supersedes it: `chain.<its id>`.
+pub fn chain_key(replaced: Uuid) -> String {
+    format!("{CHAIN_KEY_PREFIX}{}", replaced.simple())
+}
+
 /// What is embedded for a memory that is a value of `key`: the key's words before the text
 /// (`user.employer` + "I joined Acme" → "employer: I joined Acme"), so "where does the user work?"
 /// finds the value that never says "work". A leading `user` adds nothing and is left out. Without
 /// a key, the text alone.
 pub fn embedding_text(key: Option<&str>, text: &str) -> String {
-    let Some(key) = key else { return text.to_owned() };
+    let Some(key) = key.filter(|key| !key.starts_with(CHAIN_KEY_PREFIX)) else { return text.to_owned() };
     let words: Vec<&str> = key
         .split(['.', '_', '-', ':'])
         .filter(|word| !word.is_empty())

@@ -325,3 +325,62 @@ async fn concurrent_writers_of_one_key_leave_one_consistent_chain() {
         ["I live in city number 16"]
     );
 }
+
+/// A fact the model says replaces an existing memory (`replaces`) supersedes it, although
+/// neither has a state key: the old memory joins the new one's chain (`chain.<its id>`), leaves
+/// default search and listing, and stays readable with its history.
+#[tokio::test]
+async fn a_fact_that_replaces_a_memory_supersedes_it_without_a_key() {
+    let llm = MockServer::start().await;
+    let reply = |fact: Value| {
+        ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": json!({"facts": [fact]}).to_string()},
+                "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5}
+        }))
+    };
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(reply(json!({"text": "User's favourite band is Low", "attributed_to": "user"})))
+        .up_to_n_times(1)
+        .mount(&llm)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(reply(
+            json!({"text": "User's favourite band is now Wilco", "attributed_to": "user", "replaces": ["1"]}),
+        ))
+        .mount(&llm)
+        .await;
+    let server = TestServer::start_with(settings_with_fake_llm(&llm.uri()), local_embedder().await).await;
+    let turn = |text: &str| json!({"messages": [{"role": "user", "content": text}], "user_id": "ann"});
+    let first = server.post("/memories", turn("My favourite band is Low")).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let low = first.body["results"][0]["id"].as_str().expect("id").to_owned();
+    let second = server.post("/memories", turn("These days it's Wilco, actually")).await;
+    assert_eq!(second.status, 200, "{}", second.body);
+    let wilco = second.body["results"][0]["id"].as_str().expect("id").to_owned();
+
+    assert_eq!(
+        chain_of(&server).await,
+        [
+            ("User's favourite band is Low".to_owned(), "superseded".to_owned()),
+            ("User's favourite band is now Wilco".to_owned(), "active".to_owned())
+        ]
+    );
+    let old = server.get(&format!("/memories/{low}")).await;
+    assert_eq!(old.body["superseded_by"], wilco.as_str(), "{}", old.body);
+    let key = old.body["state_key"].as_str().expect("joined a chain");
+    assert!(key.starts_with("chain."), "{key}");
+    let new = server.get(&format!("/memories/{wilco}")).await;
+    assert_eq!(new.body["state_key"], key, "{}", new.body);
+    assert_eq!(new.body["linked_memory_ids"], json!([low]), "{}", new.body);
+    assert_eq!(
+        server.search_texts(json!({"query": "favourite band", "user_id": "ann", "threshold": 0.0})).await,
+        ["User's favourite band is now Wilco"]
+    );
+    let history = server.get(&format!("/memories/{low}/history")).await;
+    let events: Vec<&str> =
+        history.body.as_array().expect("history").iter().map(|entry| entry["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["ADD"], "joining a chain is not an edit of the text");
+}

@@ -143,7 +143,7 @@ impl Memory {
             })
             .collect();
         let links = entity_links(&records, &name_vectors, "proper");
-        self.write_new(caller, &records, &links, None, None, now).await?;
+        self.write_new(caller, &records, &links, None, None, Vec::new(), now).await?;
         Ok(AddOutcome { results: added(records), warnings, usage: None })
     }
 
@@ -231,23 +231,27 @@ impl Memory {
         };
         let names: Vec<Vec<String>> = kept.iter().map(|fact| entities::clean(fact.entities.clone())).collect();
         let evidence = format!("messages:{}", buffered.id);
+        let (keys, replaced, rekeyed) = chain_keys(request.state_key.as_deref(), &kept, &existing);
         let embedded: Vec<String> = kept
             .iter()
-            .map(|fact| {
-                let key = request.state_key.as_deref().or(fact.state_key.as_deref());
-                crate::state::embedding_text(key, &fact.text)
-            })
+            .zip(&keys)
+            .map(|(fact, key)| crate::state::embedding_text(key.as_deref(), &fact.text))
             .collect();
         let (embeddings, name_vectors) = self.embed_with_entities(&embedded, &names).await?;
         let records: Vec<MemoryRecord> = kept
             .into_iter()
             .zip(embeddings)
             .zip(names)
-            .map(|((fact, embedding), entities)| MemoryRecord {
+            .zip(keys.into_iter().zip(replaced))
+            .map(|(((fact, embedding), entities), (key, replaced))| MemoryRecord {
                 metadata: metadata.clone(),
                 expiration_date: request.expiration_date,
                 attributed_to: fact.attributed_to.clone(),
-                linked_memory_ids: linked_ids(&fact.linked_ids, &existing),
+                linked_memory_ids: {
+                    let mut linked = linked_ids(&fact.linked_ids, &existing);
+                    linked.extend(replaced.into_iter().filter(|id| !linked.contains(id)).collect::<Vec<_>>());
+                    linked
+                },
                 entities,
                 provenance: request.source.provenance(
                     caller,
@@ -257,7 +261,7 @@ impl Memory {
                     fact.confidence,
                 ),
                 state: request.state(
-                    fact.state_key.as_deref(),
+                    key.as_deref(),
                     fact.event_date.and_then(|date| date.and_hms_opt(0, 0, 0)).map(|time| time.and_utc()),
                 ),
                 ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), fact.text, embedding, observed_at)
@@ -267,7 +271,7 @@ impl Memory {
         // The same facts added at once (a retry, two replicas) store one memory: the hashes are
         // checked again inside the write transaction.
         let unique_in = self.scoped_query(caller, request.scope.clone(), None, false);
-        let skipped = self.write_new(caller, &records, &links, Some(buffered), Some(unique_in), now).await?;
+        let skipped = self.write_new(caller, &records, &links, Some(buffered), Some(unique_in), rekeyed, now).await?;
         let mut records = records;
         records.retain(|record| !skipped.contains(&record.id));
         Ok(AddOutcome { results: added(records), warnings, usage: Some(response.usage) })
@@ -395,7 +399,7 @@ impl Memory {
             ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), summary, embedding, observed_at)
         };
         let records = vec![record];
-        self.write_new(caller, &records, &[], None, None, now).await?;
+        self.write_new(caller, &records, &[], None, None, Vec::new(), now).await?;
         Ok(AddOutcome { results: added(records), warnings, usage: Some(response.usage) })
     }
 
@@ -505,6 +509,46 @@ fn linked_ids(short_ids: &[String], existing: &[MemoryRecord]) -> Vec<Uuid> {
     linked
 }
 
+/// The state key of each new fact, the existing memories it replaces, and the replaced memories
+/// that join its chain. A fact that changes or corrects existing memories (the model's
+/// `replaces`) is a newer value of the same thing: it takes the request's key, else the key of a
+/// memory it replaces, else its own proposal, else `chain.<id>` of the first memory it replaces;
+/// a replaced memory without a key is given the fact's (returned for the write), so the resolver
+/// supersedes it like any older value.
+fn chain_keys(
+    requested: Option<&str>,
+    facts: &[ExtractedFact],
+    existing: &[MemoryRecord],
+) -> (Vec<Option<String>>, Vec<Vec<Uuid>>, Vec<MemoryRecord>) {
+    let mut keys = Vec::with_capacity(facts.len());
+    let mut replaced_ids = Vec::with_capacity(facts.len());
+    let mut rekeyed: Vec<MemoryRecord> = Vec::new();
+    for fact in facts {
+        let replaced: Vec<&MemoryRecord> = linked_ids(&fact.replaces, existing)
+            .into_iter()
+            .filter_map(|id| existing.iter().find(|record| record.id == id))
+            .collect();
+        let key = requested
+            .map(str::to_owned)
+            .or_else(|| replaced.iter().find_map(|record| record.state.state_key.clone()))
+            .or_else(|| fact.state_key.clone())
+            .or_else(|| replaced.first().map(|record| crate::state::chain_key(record.id)));
+        if let Some(key) = &key {
+            for record in &replaced {
+                let unkeyed = record.state.state_key.is_none();
+                if unkeyed && !rekeyed.iter().any(|joined| joined.id == record.id) {
+                    let mut joined = (*record).clone();
+                    joined.state.state_key = Some(key.clone());
+                    rekeyed.push(joined);
+                }
+            }
+        }
+        keys.push(key);
+        replaced_ids.push(replaced.iter().map(|record| record.id).collect());
+    }
+    (keys, replaced_ids, rekeyed)
+}
+
 /// The `ADD` events of new records, as the API reports them.
 pub(super) fn added(records: Vec<MemoryRecord>) -> Vec<AddedMemory> {
     records
@@ -523,5 +567,59 @@ pub(super) fn added(records: Vec<MemoryRecord>) -> Vec<AddedMemory> {
 fn note_redactions(warnings: &mut Vec<String>, redacted: &[String]) {
     if !redacted.is_empty() {
         warnings.push(format!("the write policy redacted: {}", redacted.join(", ")));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fact(text: &str, key: Option<&str>, replaces: &[&str]) -> ExtractedFact {
+        ExtractedFact {
+            text: text.to_owned(),
+            attributed_to: None,
+            linked_ids: Vec::new(),
+            replaces: replaces.iter().map(|id| (*id).to_owned()).collect(),
+            entities: Vec::new(),
+            confidence: None,
+            state_key: key.map(str::to_owned),
+            event_date: None,
+        }
+    }
+
+    fn existing(text: &str, key: Option<&str>) -> MemoryRecord {
+        let scope = Scope::new(Some("ann"), None, None).expect("scope");
+        let mut record = MemoryRecord::new("t".to_owned(), scope, text.to_owned(), vec![1.0], chrono::Utc::now());
+        record.state.state_key = key.map(str::to_owned);
+        record
+    }
+
+    #[test]
+    fn replacing_facts_take_the_key_of_what_they_replace() {
+        let known = [existing("User lives in Paris", Some("user.home_city")), existing("User likes Low", None)];
+        let facts = [
+            // The replaced memory's key wins over the model's new proposal.
+            fact("User lives in Rome", Some("user.city"), &["1"]),
+            // A replaced memory without a key joins a chain named after it.
+            fact("User likes Wilco", None, &["2", "9"]),
+            fact("User has a cat", None, &[]),
+            fact("User moved to Oslo", Some("user.home_city"), &[]),
+        ];
+        let (keys, replaced, rekeyed) = chain_keys(None, &facts, &known);
+        let chain = crate::state::chain_key(known[1].id);
+        assert_eq!(
+            keys,
+            [Some("user.home_city".to_owned()), Some(chain.clone()), None, Some("user.home_city".to_owned())]
+        );
+        assert_eq!(replaced, [vec![known[0].id], vec![known[1].id], vec![], vec![]], "made-up ids are ignored");
+        assert_eq!(rekeyed.len(), 1);
+        assert_eq!((rekeyed[0].id, rekeyed[0].state.state_key.as_deref()), (known[1].id, Some(chain.as_str())));
+        assert_eq!(crate::state::embedding_text(Some(&chain), "User likes Wilco"), "User likes Wilco");
+        // The request's key is the caller's word.
+        let (keys, _, rekeyed) = chain_keys(Some("user.music"), &facts[1..2], &known);
+        assert_eq!(
+            (keys[0].as_deref(), rekeyed[0].state.state_key.as_deref()),
+            (Some("user.music"), Some("user.music"))
+        );
     }
 }

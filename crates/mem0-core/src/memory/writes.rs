@@ -121,6 +121,7 @@ impl Memory {
         links: &[EntityLink],
         buffered: Option<BufferedMessages>,
         unique_in: Option<crate::store::ScopedQuery>,
+        rekeyed: Vec<MemoryRecord>,
         now: DateTime<Utc>,
     ) -> Result<Vec<Uuid>> {
         let history: Vec<HistoryRecord> =
@@ -128,6 +129,10 @@ impl Memory {
         let write = WriteSet {
             tenant: caller.tenant.clone(),
             insert: records.to_vec(),
+            // Existing memories joining a chain (their state key only; no history entry, like
+            // every status change): unchanged since they were read, or the write is refused.
+            expect: rekeyed.iter().map(|record| (record.id, record.updated_at)).collect(),
+            update: rekeyed,
             links: links.to_vec(),
             merge_threshold: self.retrieval().entity_merge_threshold,
             unique_in,
