@@ -118,7 +118,18 @@ pub fn chain_key(replaced: Uuid) -> String {
 /// finds the value that never says "work". A leading `user` adds nothing and is left out. Without
 /// a key, the text alone.
 pub fn embedding_text(key: Option<&str>, text: &str) -> String {
-    let Some(key) = key.filter(|key| !key.starts_with(CHAIN_KEY_PREFIX)) else { return text.to_owned() };
+    match key.and_then(key_words) {
+        Some(words) => format!("{words}: {text}"),
+        None => text.to_owned(),
+    }
+}
+
+/// The words of a state key (`user.home_city` → "home city"): its parts without a leading
+/// `user`; `None` for a [`chain_key`] or a key of no words.
+pub fn key_words(key: &str) -> Option<String> {
+    if key.starts_with(CHAIN_KEY_PREFIX) {
+        return None;
+    }
     let words: Vec<&str> = key
         .split(['.', '_', '-', ':'])
         .filter(|word| !word.is_empty())
@@ -126,11 +137,7 @@ pub fn embedding_text(key: Option<&str>, text: &str) -> String {
         .filter(|(index, word)| !(*index == 0 && word.eq_ignore_ascii_case("user")))
         .map(|(_, word)| word)
         .collect();
-    if words.is_empty() {
-        text.to_owned()
-    } else {
-        format!("{}: {text}", words.join(" "))
-    }
+    (!words.is_empty()).then(|| words.join(" "))
 }
 
 /// The better of two memories to stand for a group of equal time: higher confidence, then the
@@ -365,6 +372,9 @@ mod tests {
         assert_eq!(embedding_text(Some("project.test_command"), "Run make"), "project test command: Run make");
         assert_eq!(embedding_text(Some("user"), "x"), "x");
         assert_eq!(embedding_text(None, "x"), "x");
+        assert_eq!(key_words("user.home_city").as_deref(), Some("home city"));
+        assert_eq!(key_words("tom.employer").as_deref(), Some("tom employer"));
+        assert_eq!((key_words("user"), key_words(&chain_key(Uuid::nil()))), (None, None));
     }
 
     #[test]

@@ -384,3 +384,31 @@ async fn a_fact_that_replaces_a_memory_supersedes_it_without_a_key() {
         history.body.as_array().expect("history").iter().map(|entry| entry["event"].as_str().unwrap()).collect();
     assert_eq!(events, ["ADD"], "joining a chain is not an edit of the text");
 }
+
+/// A question about an attribute finds its current value by the key's meaning, even when the
+/// value's words do not match: "where does the user work?" → the `user.employer` value, not "I
+/// volunteer at the food bank"; shown as `explain.key_match`. Questions about nothing keyed
+/// are untouched.
+#[tokio::test]
+async fn a_question_about_an_attribute_finds_the_value_of_its_key() {
+    let server = TestServer::start().await;
+    let keyed = |text: &str, key: &str| json!({"messages": [{"role": "user", "content": text}], "user_id": "ann", "infer": false, "state_key": key});
+    for (text, key) in [("My employer is Wayne Foods", "user.employer"), ("I drive a Volvo V60", "user.car")] {
+        assert_eq!(server.post("/memories", keyed(text, key)).await.status, 200);
+    }
+    server.add_texts("ann", &["I volunteer at the food bank", "My favourite film is Spirited Away"], json!({})).await;
+    let ask = |query: &str| json!({"query": query, "user_id": "ann", "threshold": 0.0, "explain": true});
+    let reply = server.post("/search", ask("Where does the user work?")).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let top = &reply.body["results"][0];
+    assert_eq!(top["memory"], "My employer is Wayne Foods", "{}", reply.body);
+    let similarity = top["explain"]["key_match"].as_f64().expect("key_match");
+    assert!(top["explain"]["semantic"].as_f64().expect("semantic") >= similarity - 1e-6, "{top}");
+    let others = reply.body["results"].as_array().expect("results");
+    assert!(others[1..].iter().all(|item| item["explain"].get("key_match").is_none()), "{}", reply.body);
+    // Nothing keyed is asked for: no key match anywhere.
+    let films = server.post("/search", ask("Which films does the user like?")).await;
+    assert_eq!(films.body["results"][0]["memory"], "My favourite film is Spirited Away", "{}", films.body);
+    let results = films.body["results"].as_array().expect("results");
+    assert!(results.iter().all(|item| item["explain"].get("key_match").is_none()), "{}", films.body);
+}

@@ -20,6 +20,12 @@ use crate::types::MemoryRecord;
 const QUERY_ENTITY_CACHE: usize = 10_000;
 /// Most candidates one retriever brings.
 const MAX_CANDIDATES: usize = 1000;
+/// Least similarity of a query to a state key's words for the query to be read as asking for
+/// that key's value (all-MiniLM-L6-v2: "Where does the user work?" ~ "employer" 0.36, ~ "car"
+/// 0.25; "What car does the user drive?" ~ "car" 0.68).
+pub const KEY_MATCH_MIN: f32 = 0.3;
+/// How much closer the best key must be than the next one among the candidates' keys.
+pub const KEY_MATCH_MARGIN: f32 = 0.05;
 
 /// The distinct analysed terms of a query (at most [`MAX_QUERY_TERMS`]).
 fn query_terms(text: &str) -> Vec<String> {
@@ -101,16 +107,8 @@ impl Retriever {
         }
         let new_vectors = vectors.split_off(1);
         let vector = vectors.pop().ok_or_else(|| Error::Internal("embedder returned no vector".into()))?;
-        {
-            let mut cache = self.query_entities.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if cache.len() + unknown.len() > QUERY_ENTITY_CACHE {
-                cache.clear();
-            }
-            for (name, embedding) in unknown.into_iter().zip(new_vectors) {
-                cache.insert(name.clone(), embedding.clone());
-                known.insert(name, embedding);
-            }
-        }
+        self.remember(&unknown, &new_vectors);
+        known.extend(unknown.into_iter().zip(new_vectors));
         let probes: Vec<EntityProbe> = names
             .iter()
             .filter_map(|name| {
@@ -162,13 +160,93 @@ impl Retriever {
         }
         let entity = EntityScores::new(EntityScores::weights(&entity_found.linked, bm25.doc_count), &entity_hits);
         let weights = self.settings.normalised_weights();
+        let asked_key = self.key_intent(&vector, candidates.values().map(|(record, _)| record)).await?;
         Ok(candidates
             .into_values()
             .map(|(record, sources)| {
                 let raw = bm25.score_text(&record.text_lemmatized);
-                let signals = [semantic(&vector, &record.embedding), bm25.normalised(raw), entity.signal(&record.id)];
-                (record, ScoreExplanation::new(signals, raw as f32, weights, sources))
+                let mut signals =
+                    [semantic(&vector, &record.embedding), bm25.normalised(raw), entity.signal(&record.id)];
+                let key_match = asked_key
+                    .as_ref()
+                    .filter(|(key, _)| record.state.state_key.as_deref() == Some(key.as_str()))
+                    .map(|(_, similarity)| *similarity);
+                if let Some(similarity) = key_match {
+                    signals[0] = signals[0].max(similarity);
+                }
+                let mut explanation = ScoreExplanation::new(signals, raw as f32, weights, sources);
+                explanation.key_match = key_match;
+                (record, explanation)
             })
             .collect())
+    }
+
+    /// The state key the query asks for, with its similarity: among the keys of `candidates`,
+    /// the one whose words ([`crate::state::key_words`]) are closest to the query, when that is
+    /// at least [`KEY_MATCH_MIN`] and [`KEY_MATCH_MARGIN`] closer than the next key. Its values
+    /// then count as at least that similar to the query ("Where does the user work?" finds "My
+    /// employer is Globex", keyed `user.employer`, over "I volunteer at the food bank"). Key words
+    /// are embedded once and cached with the query entities.
+    async fn key_intent<'a>(
+        &self,
+        query_vector: &[f32],
+        candidates: impl Iterator<Item = &'a MemoryRecord>,
+    ) -> Result<Option<(String, f32)>> {
+        let mut keys: Vec<(String, String)> = Vec::new();
+        for record in candidates {
+            if let Some(key) = &record.state.state_key {
+                if !keys.iter().any(|(known, _)| known == key) {
+                    if let Some(words) = crate::state::key_words(key) {
+                        keys.push((key.clone(), words));
+                    }
+                }
+            }
+        }
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        let words: Vec<String> = keys.iter().map(|(_, words)| words.clone()).collect();
+        let vectors = self.embed_cached(&words).await?;
+        let mut similarities: Vec<(String, f32)> = keys
+            .into_iter()
+            .filter_map(|(key, words)| vectors.get(&words).map(|vector| (key, semantic(query_vector, vector))))
+            .collect();
+        similarities.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let next = similarities.get(1).map_or(0.0, |(_, similarity)| *similarity);
+        Ok(similarities
+            .into_iter()
+            .next()
+            .filter(|(_, similarity)| *similarity >= KEY_MATCH_MIN && *similarity - next >= KEY_MATCH_MARGIN))
+    }
+
+    /// Embeddings of short texts (entity names, key words), from the cache or embedded now in one
+    /// call and cached.
+    async fn embed_cached(&self, texts: &[String]) -> Result<HashMap<String, Vec<f32>>> {
+        let mut known: HashMap<String, Vec<f32>> = {
+            let cache = self.query_entities.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            texts.iter().filter_map(|text| cache.get(text).map(|vector| (text.clone(), vector.clone()))).collect()
+        };
+        let unknown: Vec<String> = texts.iter().filter(|text| !known.contains_key(*text)).cloned().collect();
+        if unknown.is_empty() {
+            return Ok(known);
+        }
+        let vectors = self.embedder.embed_batch(&unknown).await?;
+        if vectors.len() != unknown.len() {
+            return Err(Error::Internal("embedder returned a wrong number of vectors".into()));
+        }
+        self.remember(&unknown, &vectors);
+        known.extend(unknown.into_iter().zip(vectors));
+        Ok(known)
+    }
+
+    /// Caches embeddings of short texts (cleared when full).
+    fn remember(&self, texts: &[String], vectors: &[Vec<f32>]) {
+        let mut cache = self.query_entities.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.len() + texts.len() > QUERY_ENTITY_CACHE {
+            cache.clear();
+        }
+        for (text, vector) in texts.iter().zip(vectors) {
+            cache.insert(text.clone(), vector.clone());
+        }
     }
 }

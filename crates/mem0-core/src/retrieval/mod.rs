@@ -287,6 +287,10 @@ pub struct ScoreExplanation {
     /// idle) to 1.5 (just read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decay_factor: Option<f32>,
+    /// The query was read as asking for this memory's state key (hybrid search): the similarity
+    /// of the query to the key's words, which the semantic signal is at least.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_match: Option<f32>,
 }
 
 /// The weighted parts of a score.
@@ -330,6 +334,7 @@ impl ScoreExplanation {
             sources,
             time_factor: None,
             decay_factor: None,
+            key_match: None,
         }
     }
 
