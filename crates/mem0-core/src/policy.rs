@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 /// What happens to a text a rule matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     /// Stored as it is.
@@ -29,27 +30,29 @@ pub enum Action {
 
 /// Actions of the built-in detectors; unset ones keep the default (tenant: the global one).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DetectorActions {
     /// Provider keys and tokens, private keys, "password is …" (default `redact`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets: Option<Action>,
     /// Luhn-valid card numbers (default `redact`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payment_cards: Option<Action>,
     /// US social security numbers and Chinese resident ids (default `redact`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub national_ids: Option<Action>,
     /// E-mail addresses (default `allow`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emails: Option<Action>,
     /// Phone numbers (default `allow`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phones: Option<Action>,
 }
 
 /// A custom rule: a regular expression or literal terms (matched case-insensitively as words).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
     /// Named in rejections and in `[REDACTED:name]`.
@@ -66,6 +69,7 @@ pub struct RuleConfig {
 
 /// A tenant's overrides.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TenantPolicy {
     /// Detector actions overriding the global ones.
@@ -78,6 +82,7 @@ pub struct TenantPolicy {
 
 /// `memory.policy`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PolicyConfig {
     /// Detector actions for every tenant.

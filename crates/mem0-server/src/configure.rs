@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use mem0_core::policy::PolicyConfig;
 use mem0_core::providers::embedder::{build_embedder, EmbedderConfig, EmbedderProvider};
 use mem0_core::providers::http::check_base_url;
 use mem0_core::providers::llm::LlmConfig;
@@ -63,6 +64,10 @@ pub struct RuntimeConfig {
     /// How the extraction prompt is built.
     #[serde(default)]
     pub extraction: ExtractionSettings,
+    /// The write policy (global detectors and rules, per-tenant overrides; `PUT /policy` sets a
+    /// tenant's).
+    #[serde(default)]
+    pub policy: PolicyConfig,
 }
 
 impl RuntimeConfig {
@@ -72,6 +77,7 @@ impl RuntimeConfig {
             embedder: settings.memory.embedder.clone(),
             llm: settings.memory.llm.clone(),
             extraction: settings.memory.extraction.clone(),
+            policy: settings.memory.policy.clone(),
         }
     }
 
@@ -80,6 +86,7 @@ impl RuntimeConfig {
         settings.memory.embedder = self.embedder;
         settings.memory.llm = self.llm;
         settings.memory.extraction = self.extraction;
+        settings.memory.policy = self.policy;
     }
 
     /// This configuration with `patch` (a JSON merge patch) applied, validated.
@@ -87,17 +94,24 @@ impl RuntimeConfig {
     /// # Errors
     /// A message saying what is wrong: a secret, an unknown or mistyped key, a bad value.
     pub fn patched(&self, patch: &Value) -> Result<Self, String> {
-        if let Some(key) = secret_key(patch) {
+        // The policy section holds detector names such as `secrets`, never credentials.
+        let mut scanned = patch.clone();
+        if let Value::Object(sections) = &mut scanned {
+            sections.remove("policy");
+        }
+        if let Some(key) = secret_key(&scanned) {
             return Err(format!(
                 "`{key}` looks like a secret or carries credentials (headers, query parameters); these are only read from the environment or the configuration files at startup, never over HTTP"
             ));
         }
         match patch {
             Value::Object(sections) if sections.is_empty() => {
-                return Err("nothing to change: give an `embedder`, `llm` or `extraction` section".into())
+                return Err("nothing to change: give an `embedder`, `llm`, `extraction` or `policy` section".into())
             }
             Value::Object(_) => {}
-            _ => return Err("a change is a JSON object of `embedder`, `llm` and `extraction` sections".into()),
+            _ => {
+                return Err("a change is a JSON object of `embedder`, `llm`, `extraction` and `policy` sections".into())
+            }
         }
         let mut merged = serde_json::to_value(self).map_err(|error| error.to_string())?;
         merge_patch(&mut merged, patch);
@@ -116,7 +130,8 @@ impl RuntimeConfig {
     pub fn validate(&self) -> Result<(), String> {
         self.embedder.validate("embedder")?;
         self.llm.validate("llm")?;
-        self.extraction.validate("extraction")
+        self.extraction.validate("extraction")?;
+        mem0_core::policy::Policy::compile(&self.policy).map(|_| ())
     }
 }
 
@@ -259,6 +274,7 @@ pub fn redacted_view(runtime: &RuntimeConfig, memory: &Memory, settings: &Settin
         "vector_store": { "provider": settings.memory.vector_store.provider },
         "llm": runtime.llm,
         "extraction": runtime.extraction,
+        "policy": runtime.policy,
         "reranker": settings.memory.reranker,
         "retrieval": memory.retrieval(),
         "auth": {
@@ -294,23 +310,40 @@ pub async fn apply(state: &AppState, caller: &Caller, body: Value) -> Result<Val
             mem0_core::Error::Forbidden("changing the server configuration needs the global admin".into()).into()
         );
     }
+    let new_embedder = body.get("embedder").is_some();
+    let next = change(state, caller, new_embedder, |running| running.patched(&body)).await?;
+    Ok(redacted_view(&next, &state.memory(), &state.settings))
+}
+
+/// Makes the runtime configuration `edit` returns from the running one: validated, built and
+/// checked ([`prepare`]), persisted (shared with other replicas when the history is on Postgres),
+/// then swapped in. Returns the configuration now in effect.
+///
+/// # Errors
+/// 400 `configuration_rejected` with the reason, leaving the running configuration as it was;
+/// 500 when the change cannot be persisted (not applied then either).
+pub async fn change(
+    state: &AppState,
+    caller: &Caller,
+    new_embedder: bool,
+    edit: impl FnOnce(&RuntimeConfig) -> Result<RuntimeConfig, String>,
+) -> Result<RuntimeConfig, ApiError> {
     let mut running = state.memory_handle.runtime.lock().await;
-    let next = running.patched(&body).map_err(rejected)?;
-    let memory = prepare(state, &next, body.get("embedder").is_some()).await.map_err(rejected)?;
+    let next = edit(&running).map_err(rejected)?;
+    let memory = prepare(state, &next, new_embedder).await.map_err(rejected)?;
     let version = persist(state, &next).await.map_err(|error| {
         tracing::error!(%error, "could not persist the runtime configuration");
         ApiError::new(ErrorCode::InternalError, "could not persist the configuration; nothing changed")
     })?;
-    let view = redacted_view(&next, &memory, &state.settings);
     state.memory_handle.swap(memory);
-    *running = next;
+    *running = next.clone();
     if let Some(version) = version {
         // The newest shared version is now this one, in effect here.
         state.memory_handle.config_version.store(version, Ordering::SeqCst);
         *state.memory_handle.config_problem.write().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     }
-    tracing::warn!(principal = %caller.principal_id, "runtime configuration changed");
-    Ok(view)
+    tracing::warn!(principal = %caller.principal_id, tenant = %caller.tenant, "runtime configuration changed");
+    Ok(next)
 }
 
 /// The service built for `next`: provider base URLs checked, a new embedder
@@ -336,6 +369,7 @@ async fn prepare(state: &AppState, next: &RuntimeConfig, new_embedder: bool) -> 
     config.embedder = next.embedder.clone();
     config.llm = next.llm.clone();
     config.extraction = next.extraction.clone();
+    config.policy = next.policy.clone();
     state.memory().reconfigure(embedder, &config).await.map_err(|error| error.to_string())
 }
 

@@ -165,6 +165,8 @@ fn protected_routes(memory: &str) -> Vec<(Method, String, Option<Value>)> {
         (Method::GET, "/configure".into(), None),
         (Method::POST, "/configure".into(), Some(json!({"embedder": {"provider": "local"}}))),
         (Method::GET, "/configure/providers".into(), None),
+        (Method::GET, "/policy".into(), None),
+        (Method::PUT, "/policy".into(), Some(json!({"emails": "redact"}))),
         // Unknown routes and methods are behind the guard too: no probing without credentials.
         (Method::GET, "/nope".into(), None),
         (Method::PATCH, "/memories".into(), None),
@@ -449,6 +451,8 @@ async fn roles_gate_writes_and_admin_routes() {
             (Method::POST, "/api-keys".to_owned(), Some(json!({"label": "escalate", "role": "admin"}))),
             (Method::GET, "/configure".to_owned(), None),
             (Method::POST, "/configure".to_owned(), Some(json!({"embedder": {"provider": "local"}}))),
+            (Method::GET, "/policy".to_owned(), None),
+            (Method::PUT, "/policy".to_owned(), Some(json!({"emails": "redact"}))),
         ] {
             call(server, who, method, &path, body).await.assert_error(403, "forbidden");
         }
@@ -891,4 +895,67 @@ async fn admin_routes_share_the_admin_budget() {
     assert_eq!((read.status, read.headers["ratelimit-limit"].to_str().ok()), (200, Some("1200")));
     let written = add(&server, &admin, "u", "a write").await;
     assert_eq!((written.status, written.headers["ratelimit-limit"].to_str().ok()), (200, Some("300")));
+}
+
+/// A tenant's admin sets its tenant's write policy at runtime: in effect at once for that tenant
+/// only, invisible to and not settable by another tenant's admin or a bound admin, kept across a
+/// restart; a bad rule is refused naming it, with nothing changed.
+#[tokio::test]
+async fn tenant_admins_set_their_own_write_policy() {
+    let world = world().await;
+    let server = &world.server;
+    let rules = json!({"rules": [{"name": "codename", "terms": ["Bluebird"], "action": "reject"}]});
+    let set = call(server, &world.acme_admin, Method::PUT, "/policy", Some(rules.clone())).await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    assert_eq!(set.body["tenant"], "acme");
+    assert_eq!(set.body["tenant_policy"]["rules"][0]["name"], "codename", "{}", set.body);
+
+    add(server, &world.acme_admin, "bob", "Bluebird ships in May").await.assert_error(400, "policy_rejected");
+    let globex = add(server, &world.globex_writer, "alice", "Bluebird ships in May").await;
+    assert_eq!(globex.status, 200, "another tenant's rule does not apply: {}", globex.body);
+
+    // Another tenant's admin neither sees nor changes it.
+    let (globex_admin, _) =
+        create_key(server, &world.admin, json!({"label": "globex admin", "role": "admin", "tenant": "globex"})).await;
+    let globex_admin = As::Key(globex_admin);
+    let theirs = call(server, &globex_admin, Method::GET, "/policy", None).await;
+    assert_eq!((theirs.status, &theirs.body["tenant_policy"]), (200, &json!({"rules": []})), "{}", theirs.body);
+    for path in ["/policy?tenant=acme"] {
+        call(server, &globex_admin, Method::GET, path, None).await.assert_error(403, "forbidden");
+        call(server, &globex_admin, Method::PUT, path, Some(json!({}))).await.assert_error(403, "forbidden");
+    }
+    let configuration = call(server, &globex_admin, Method::GET, "/configure", None).await;
+    assert_eq!(configuration.body["policy"]["tenants"], json!({}), "{}", configuration.body);
+    // An admin bound to some users cannot set the whole tenant's policy.
+    let (bound, _) =
+        create_key(server, &world.acme_admin, json!({"label": "bob's admin", "role": "admin", "user_ids": ["bob"]}))
+            .await;
+    call(server, &As::Key(bound), Method::PUT, "/policy", Some(json!({}))).await.assert_error(403, "forbidden");
+    // The global admin reads any tenant's.
+    let acme = call(server, &world.admin, Method::GET, "/policy?tenant=acme", None).await;
+    assert_eq!(acme.body["tenant_policy"], set.body["tenant_policy"], "{}", acme.body);
+
+    // A rule that cannot compile is refused, naming it; the running policy stays.
+    let bad = call(
+        server,
+        &world.acme_admin,
+        Method::PUT,
+        "/policy",
+        Some(json!({"rules": [{"name": "broken", "pattern": "([a-z", "action": "redact"}]})),
+    )
+    .await;
+    let message = bad.assert_error(400, "configuration_rejected");
+    assert!(message.contains("acme") && message.contains("rules[0]"), "{message}");
+    add(server, &world.acme_admin, "bob", "Bluebird again").await.assert_error(400, "policy_rejected");
+    let unknown = call(server, &world.acme_admin, Method::PUT, "/policy", Some(json!({"rulez": []}))).await;
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+
+    // Kept across a restart.
+    let mut settings = server.restart_settings();
+    mem0_server::configure::apply_persisted(&mut settings).await.expect("apply");
+    assert_eq!(settings.memory.policy.tenants["acme"].rules[0].name, "codename", "{:?}", settings.memory.policy);
+    // An empty policy removes the tenant's rules.
+    let cleared = call(server, &world.acme_admin, Method::PUT, "/policy", Some(json!({}))).await;
+    assert_eq!(cleared.status, 200, "{}", cleared.body);
+    assert_eq!(add(server, &world.acme_admin, "bob", "Bluebird ships in May").await.status, 200);
 }

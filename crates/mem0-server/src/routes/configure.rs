@@ -44,7 +44,11 @@ pub async fn get_configuration(
     RequestCaller(caller): RequestCaller,
 ) -> Result<AppJson<Value>, ApiError> {
     caller.require(Role::Admin)?;
-    let running = state.memory_handle.runtime.lock().await.clone();
+    let mut running = state.memory_handle.runtime.lock().await.clone();
+    if !caller.global_admin {
+        // Another tenant's rules are not this admin's to read.
+        running.policy.tenants.retain(|tenant, _| *tenant == caller.tenant);
+    }
     Ok(AppJson(crate::configure::redacted_view(&running, &state.memory(), &state.settings)))
 }
 

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod configure;
 pub mod health;
 pub mod memories;
+pub mod policy;
 pub mod requests;
 pub mod scopes;
 pub mod search;
@@ -43,7 +44,8 @@ pub fn api_groups() -> Vec<(RouteClass, OpenApiRouter<AppState>)> {
                 .merge(configure::router())
                 .merge(scopes::router())
                 .merge(requests::router())
-                .merge(audit::router()),
+                .merge(audit::router())
+                .merge(policy::router()),
         ),
     ]
 }
