@@ -468,3 +468,39 @@ impl Reply {
         self.body["message"].as_str().expect("message").to_owned()
     }
 }
+
+/// The local embedder, noting every text it embeds (to count embeddings in tests).
+#[derive(Debug)]
+pub struct NotingEmbedder {
+    inner: Arc<dyn Embedder>,
+    /// Every text embedded, in order.
+    pub texts: std::sync::Mutex<Vec<String>>,
+}
+
+impl NotingEmbedder {
+    /// Wraps the shared local embedder.
+    pub async fn new() -> Arc<Self> {
+        Arc::new(Self { inner: local_embedder().await, texts: std::sync::Mutex::default() })
+    }
+
+    /// How many times `text` was embedded.
+    pub fn times(&self, text: &str) -> usize {
+        self.texts.lock().expect("texts").iter().filter(|seen| *seen == text).count()
+    }
+}
+
+#[async_trait::async_trait]
+impl Embedder for NotingEmbedder {
+    fn dimension(&self) -> usize {
+        self.inner.dimension()
+    }
+
+    fn model_id(&self) -> &str {
+        self.inner.model_id()
+    }
+
+    async fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, mem0_core::error::ProviderError> {
+        self.texts.lock().expect("texts").extend(texts.iter().cloned());
+        self.inner.embed_batch(texts).await
+    }
+}

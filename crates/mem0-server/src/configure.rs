@@ -452,6 +452,7 @@ mod tests {
             },
             llm: LlmConfig::default(),
             extraction: ExtractionSettings::default(),
+            policy: PolicyConfig::default(),
         };
         config.llm.openai.api_key = Some("sk-startup".to_owned().into());
         config.llm.openai.extra_headers.insert("X-Org".into(), "acme".into());
@@ -497,6 +498,19 @@ mod tests {
         ] {
             assert!(current.patched(&bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_policy_is_a_section_whose_detector_names_are_not_secrets() {
+        let next = running()
+            .patched(&json!({"policy": {"secrets": "reject", "tenants": {"acme": {"emails": "redact"}}}}))
+            .expect("a policy change");
+        assert_eq!(next.policy.detectors.secrets, Some(mem0_core::policy::Action::Reject));
+        assert!(next.policy.tenants.contains_key("acme"));
+        let bad = json!({"policy": {"rules": [{"name": "broken", "pattern": "(", "action": "redact"}]}});
+        assert!(running().patched(&bad).expect_err("invalid").contains("rules[0]"));
+        // Elsewhere a secret-looking key is still refused.
+        assert!(running().patched(&json!({"llm": {"openai": {"api_key": "x"}}})).is_err());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use mem0_http_tests::{local_embedder, settings_with_fake_llm, texts, TestServer};
+use mem0_http_tests::{local_embedder, settings_with_fake_llm, test_settings, texts, NotingEmbedder, TestServer};
 use serde_json::{json, Value};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -411,4 +411,30 @@ async fn a_question_about_an_attribute_finds_the_value_of_its_key() {
     assert_eq!(films.body["results"][0]["memory"], "My favourite film is Spirited Away", "{}", films.body);
     let results = films.body["results"].as_array().expect("results");
     assert!(results.iter().all(|item| item["explain"].get("key_match").is_none()), "{}", films.body);
+}
+
+/// A time range that matches nothing: the search runs again without it, on the query's one
+/// embedding, in both modes that embed.
+#[tokio::test]
+async fn the_fallback_after_an_empty_time_range_embeds_the_query_once() {
+    let embedder = NotingEmbedder::new().await;
+    let server = TestServer::start_with(test_settings(), embedder.clone()).await;
+    say(&server, "I live in San Francisco", "2026-03-01T00:00:00Z").await;
+    for mode in ["hybrid", "dense"] {
+        let query = format!("where did the user live in 2020, {mode}?");
+        let reply = server
+            .post(
+                "/search",
+                json!({"query": query, "user_id": "ann", "threshold": 0.0, "mode": mode,
+                    "reference_time": "2026-12-01T10:00:00Z"}),
+            )
+            .await;
+        assert_eq!(texts(&reply.body["results"]), ["I live in San Francisco"], "{}", reply.body);
+        assert!(
+            reply.body["warnings"][0].as_str().is_some_and(|warning| warning.contains("in 2020")),
+            "{}",
+            reply.body
+        );
+        assert_eq!(embedder.times(&query), 1, "{mode}");
+    }
 }

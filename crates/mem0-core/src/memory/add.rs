@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::limits::{
     sanitize_metadata, stored_now, truncate_to_bytes, MAX_MESSAGES, MAX_NAME_BYTES, MAX_PAGE_SIZE, MAX_TEXT_BYTES,
 };
+use super::writes::WriteWith;
 use super::{AddOutcome, AddRequest, AddedMemory, Memory};
 use crate::entities;
 use crate::error::{Error, ProviderError, ProviderErrorKind, Result};
@@ -143,7 +144,7 @@ impl Memory {
             })
             .collect();
         let links = entity_links(&records, &name_vectors, "proper");
-        self.write_new(caller, &records, &links, None, None, Vec::new(), now).await?;
+        self.write_new(caller, &records, &links, WriteWith::default(), now).await?;
         Ok(AddOutcome { results: added(records), warnings, usage: None })
     }
 
@@ -271,7 +272,8 @@ impl Memory {
         // The same facts added at once (a retry, two replicas) store one memory: the hashes are
         // checked again inside the write transaction.
         let unique_in = self.scoped_query(caller, request.scope.clone(), None, false);
-        let skipped = self.write_new(caller, &records, &links, Some(buffered), Some(unique_in), rekeyed, now).await?;
+        let with = WriteWith { buffered: Some(buffered), unique_in: Some(unique_in), rekeyed };
+        let skipped = self.write_new(caller, &records, &links, with, now).await?;
         let mut records = records;
         records.retain(|record| !skipped.contains(&record.id));
         Ok(AddOutcome { results: added(records), warnings, usage: Some(response.usage) })
@@ -399,7 +401,7 @@ impl Memory {
             ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), summary, embedding, observed_at)
         };
         let records = vec![record];
-        self.write_new(caller, &records, &[], None, None, Vec::new(), now).await?;
+        self.write_new(caller, &records, &[], WriteWith::default(), now).await?;
         Ok(AddOutcome { results: added(records), warnings, usage: Some(response.usage) })
     }
 

@@ -62,13 +62,15 @@ impl Memory {
                     }),
                     ..query.clone()
                 };
-                let found = self.retrieve(&windowed, query_text, &request).await?;
+                let mut vector = None;
+                let found = self.retrieve(&windowed, query_text, &request, &mut vector).await?;
                 if found.is_empty() {
                     warnings.push(format!(
                         "nothing matched the time the query names ({}); the results are not limited to it",
                         intent.as_ref().map_or("", |intent| intent.cue.as_str())
                     ));
-                    self.retrieve(&query, query_text, &request).await?
+                    // The query's embedding is reused.
+                    self.retrieve(&query, query_text, &request, &mut vector).await?
                 } else {
                     found
                 }
@@ -78,7 +80,7 @@ impl Memory {
                     // "The first time": earlier values of a state key count.
                     query.include_superseded = true;
                 }
-                self.retrieve(&query, query_text, &request).await?
+                self.retrieve(&query, query_text, &request, &mut None).await?
             }
         };
         if let Some(preference) = intent.as_ref().and_then(|intent| intent.preference) {
@@ -147,17 +149,23 @@ impl Memory {
         Ok(SearchOutcome { results, warnings, temporal: intent })
     }
 
-    /// Candidates of `query` with their score explanations, by the request's mode.
+    /// Candidates of `query` with their score explanations, by the request's mode. The query's
+    /// embedding is taken from `vector` when there (a second retrieval of one search), else made
+    /// and left there.
     async fn retrieve(
         &self,
         query: &ScopedQuery,
         query_text: &str,
         request: &SearchRequest,
+        vector: &mut Option<Vec<f32>>,
     ) -> Result<Vec<(MemoryRecord, ScoreExplanation)>> {
         Ok(match request.mode {
             SearchMode::Dense => {
-                let vector = self.embedder.embed(query_text).await?;
-                let hits = self.store.search(query, &vector, request.top_k, request.threshold).await?;
+                if vector.is_none() {
+                    *vector = Some(self.embedder.embed(query_text).await?);
+                }
+                let vector = vector.as_deref().unwrap_or_default();
+                let hits = self.store.search(query, vector, request.top_k, request.threshold).await?;
                 hits.into_iter()
                     .map(|hit| {
                         let explanation =
@@ -180,7 +188,7 @@ impl Memory {
                     })
                     .collect()
             }
-            SearchMode::Hybrid => self.retriever.hybrid(query, query_text, request.top_k).await?,
+            SearchMode::Hybrid => self.retriever.hybrid(query, query_text, request.top_k, vector).await?,
         })
     }
 }

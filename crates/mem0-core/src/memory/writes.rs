@@ -49,6 +49,17 @@ impl Drop for Writing<'_> {
     }
 }
 
+/// What an add writes besides its new memories.
+#[derive(Debug, Default)]
+pub(super) struct WriteWith {
+    /// The messages of an inferred add, for the session's buffer.
+    pub buffered: Option<BufferedMessages>,
+    /// Skip new memories whose hash this scope already has (checked in the transaction).
+    pub unique_in: Option<crate::store::ScopedQuery>,
+    /// Existing memories joining a new memory's chain (their state key set).
+    pub rekeyed: Vec<MemoryRecord>,
+}
+
 impl Memory {
     /// Returns the service with `hook` called at each step of the write path (tests only).
     #[must_use]
@@ -119,11 +130,10 @@ impl Memory {
         caller: &Caller,
         records: &[MemoryRecord],
         links: &[EntityLink],
-        buffered: Option<BufferedMessages>,
-        unique_in: Option<crate::store::ScopedQuery>,
-        rekeyed: Vec<MemoryRecord>,
+        with: WriteWith,
         now: DateTime<Utc>,
     ) -> Result<Vec<Uuid>> {
+        let WriteWith { buffered, unique_in, rekeyed } = with;
         let history: Vec<HistoryRecord> =
             records.iter().map(|record| HistoryRecord::for_event(record, HistoryEvent::Add, None, now)).collect();
         let write = WriteSet {

@@ -77,12 +77,14 @@ impl Retriever {
     /// statistics to score any memory); every candidate is then scored here on all three
     /// signals: semantic from its embedding, BM25 from its analysed text, entities from its
     /// links to the matched entity rows (one more store call for the candidates the entity
-    /// retriever did not bring).
+    /// retriever did not bring). The query's embedding is taken from `query_vector` when there,
+    /// else made (with the names' in one call) and left there for a second retrieval.
     pub async fn hybrid(
         &self,
         query: &ScopedQuery,
         text: &str,
         top_k: usize,
+        query_vector: &mut Option<Vec<f32>>,
     ) -> Result<Vec<(MemoryRecord, ScoreExplanation)>> {
         let pool = self.settings.candidates.max(top_k).min(MAX_CANDIDATES);
         // The query and the entities it names, embedded in one call.
@@ -99,16 +101,26 @@ impl Retriever {
             names.iter().filter_map(|name| cache.get(name).map(|vector| (name.clone(), vector.clone()))).collect()
         };
         let unknown: Vec<String> = names.iter().filter(|name| !known.contains_key(*name)).cloned().collect();
-        let mut batch = vec![text.to_owned()];
-        batch.extend(unknown.iter().cloned());
-        let mut vectors = self.embedder.embed_batch(&batch).await?;
-        if vectors.len() != batch.len() {
-            return Err(Error::Internal("embedder returned a wrong number of vectors".into()));
-        }
-        let new_vectors = vectors.split_off(1);
-        let vector = vectors.pop().ok_or_else(|| Error::Internal("embedder returned no vector".into()))?;
-        self.remember(&unknown, &new_vectors);
-        known.extend(unknown.into_iter().zip(new_vectors));
+        let vector = match query_vector.take() {
+            Some(vector) => {
+                known.extend(self.embed_cached(&unknown).await?);
+                vector
+            }
+            None => {
+                let mut batch = vec![text.to_owned()];
+                batch.extend(unknown.iter().cloned());
+                let mut vectors = self.embedder.embed_batch(&batch).await?;
+                if vectors.len() != batch.len() {
+                    return Err(Error::Internal("embedder returned a wrong number of vectors".into()));
+                }
+                let new_vectors = vectors.split_off(1);
+                let vector = vectors.pop().ok_or_else(|| Error::Internal("embedder returned no vector".into()))?;
+                self.remember(&unknown, &new_vectors);
+                known.extend(unknown.into_iter().zip(new_vectors));
+                vector
+            }
+        };
+        *query_vector = Some(vector.clone());
         let probes: Vec<EntityProbe> = names
             .iter()
             .filter_map(|name| {

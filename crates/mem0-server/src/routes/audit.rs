@@ -1,7 +1,6 @@
 //! `GET /audit`: the audit trail (admin).
 
 use axum::extract::State;
-use chrono::{DateTime, Utc};
 use mem0_core::history::{AuditAction, AuditEntry, AuditQuery};
 use mem0_core::Role;
 use serde::{Deserialize, Serialize};
@@ -117,8 +116,8 @@ pub async fn list_audit(
                 .collect::<Result<Vec<_>, _>>()
         })
         .transpose()?;
-    let since = params.since.as_deref().map(|raw| parse_time("since", raw)).transpose()?;
-    let until = params.until.as_deref().map(|raw| parse_time("until", raw)).transpose()?;
+    let since = params.since.as_deref().map(|raw| super::parse_rfc3339("since", raw)).transpose()?;
+    let until = params.until.as_deref().map(|raw| super::parse_rfc3339("until", raw)).transpose()?;
     let mut principals = super::visible_principals(&state, &caller).await?;
     if let Some(wanted) = params.principal_id {
         principals = Some(match principals {
@@ -139,11 +138,4 @@ pub async fn list_audit(
     let results = state.audit_log.query(&query).await?;
     let next = (results.len() == limit).then(|| results.last().map(|entry| entry.id)).flatten();
     Ok(AppJson(AuditResponse { results, next }))
-}
-
-/// An RFC 3339 time of the query string.
-fn parse_time(field: &str, raw: &str) -> Result<DateTime<Utc>, ApiError> {
-    DateTime::parse_from_rfc3339(raw)
-        .map(|time| time.with_timezone(&Utc))
-        .map_err(|_| ApiError::validation(field, "expected an RFC 3339 time, e.g. 2026-12-01T00:00:00Z"))
 }

@@ -261,9 +261,7 @@ fn parse_time(field: &str, value: &serde_json::Value) -> Result<DateTime<Utc>, A
         serde_json::Value::Number(number) => {
             number.as_f64().and_then(|seconds| DateTime::from_timestamp_micros((seconds * 1_000_000.0) as i64))
         }
-        serde_json::Value::String(text) => {
-            DateTime::parse_from_rfc3339(text.trim()).ok().map(|time| time.with_timezone(&Utc))
-        }
+        serde_json::Value::String(text) => super::parse_rfc3339(field, text).ok(),
         _ => None,
     };
     parsed.ok_or_else(|| ApiError::validation(field, "expected RFC 3339 or Unix seconds"))

@@ -21,6 +21,16 @@ use crate::error::ApiError;
 use crate::rate_limit::RouteClass;
 use crate::state::AppState;
 
+/// An RFC 3339 time given as `field` (surrounding spaces ignored), in UTC.
+///
+/// # Errors
+/// 400 naming `field`, with an example.
+pub(crate) fn parse_rfc3339(field: &str, raw: &str) -> Result<chrono::DateTime<chrono::Utc>, ApiError> {
+    chrono::DateTime::parse_from_rfc3339(raw.trim())
+        .map(|time| time.with_timezone(&chrono::Utc))
+        .map_err(|_| ApiError::validation(field, "expected an RFC 3339 time, e.g. 2026-12-01T00:00:00Z"))
+}
+
 /// The documented router of every route (for the OpenAPI document).
 pub fn router() -> OpenApiRouter<AppState> {
     let mut all = open_router();

@@ -154,15 +154,8 @@ pub async fn search_memories(
         body.scope.agent_id.as_deref().or(filter_scope.agent_id.as_deref()),
         body.scope.run_id.as_deref().or(filter_scope.run_id.as_deref()),
     )?;
-    let reference_time = body
-        .reference_time
-        .as_deref()
-        .map(|raw| {
-            chrono::DateTime::parse_from_rfc3339(raw.trim())
-                .map(|time| time.with_timezone(&chrono::Utc))
-                .map_err(|_| ApiError::validation("reference_time", "expected RFC 3339"))
-        })
-        .transpose()?;
+    let reference_time =
+        body.reference_time.as_deref().map(|raw| super::parse_rfc3339("reference_time", raw)).transpose()?;
     let request = CoreSearchRequest {
         scope,
         filter,
