@@ -193,6 +193,7 @@ fn history(rng: &mut Rng) -> (Vec<Statement>, Vec<Chain>) {
 struct Score {
     current: usize,
     reworded: usize,
+    before_event: usize,
     previous: usize,
     when: usize,
     at_time: usize,
@@ -227,18 +228,19 @@ async fn run() {
         ATTRIBUTES.len()
     );
     println!(
-        "| store as | current value top-1 | same, reworded question | previous value | when (event time) | value at a named time |"
+        "| store as | current value top-1 | same, reworded question | previous value | before <the current value> | when (event time) | value at a named time |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for keyed in [false, true] {
         let score = evaluate(&embedder, &histories, keyed).await;
         let share = |hits: usize, of: usize| format!("{:.1} % ({hits}/{of})", 100.0 * hits as f64 / of.max(1) as f64);
         println!(
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             if keyed { "state keys + event times" } else { "every fact added (Mem0)" },
             share(score.current, score.questions),
             share(score.reworded, score.questions),
             share(score.previous, score.previous_questions),
+            share(score.before_event, score.previous_questions),
             share(score.when, score.questions),
             share(score.at_time, score.previous_questions),
         );
@@ -337,6 +339,19 @@ async fn evaluate(embedder: &LocalEmbedder, histories: &[(Vec<Statement>, Vec<Ch
                 if hits.first().is_some_and(|hit| hit.id == previous) {
                     score.previous += 1;
                 }
+            }
+            // Before the change: "Where did the user work before Globex?" names the current value;
+            // the value true before it took effect is the answer.
+            let question = chain
+                .attribute
+                .previous
+                .replace(" before?", &format!(" before {}?", chain.values.last().expect("value")));
+            let hits = memory.search(&caller, search(question.clone())).await.expect("search").results;
+            if hits.first().is_some_and(|hit| hit.id == previous) {
+                score.before_event += 1;
+            } else if std::env::var("BENCH_SHOW_MISSES").is_ok() {
+                let got = hits.first().map_or("(nothing)", |hit| hit.memory.as_str());
+                println!("miss [{keyed}]: {question:?} -> {got:?} (want {:?})", chain.texts[chain.texts.len() - 2]);
             }
             // At a time: a month in the middle of the previous value's validity.
             let (began, ended) = (chain.events[chain.events.len() - 2], chain.events[chain.events.len() - 1]);

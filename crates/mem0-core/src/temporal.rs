@@ -20,6 +20,41 @@ pub enum TimePreference {
     Oldest,
 }
 
+/// Which side of an event a query asks about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Side {
+    /// "before the move", "搬家之前".
+    Before,
+    /// "after the wedding", "since I joined Acme", "搬家以后".
+    After,
+}
+
+/// An event the query's time is relative to ("before the move"): search finds the memory that
+/// best matches `phrase` and takes its time (event time, else observation time) as the range's
+/// bound.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TimeAnchor {
+    /// Before or after it.
+    pub side: Side,
+    /// The words naming the event ("the move").
+    pub phrase: String,
+    /// The memory found for it, once search has looked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_id: Option<uuid::Uuid>,
+}
+
+/// Earliest and latest times an open-ended range uses.
+fn floor() -> DateTime<Utc> {
+    month_start(1900, 1)
+}
+
+fn ceiling() -> DateTime<Utc> {
+    month_start(2200, 1)
+}
+
 /// What a query says about time.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -35,15 +70,51 @@ pub struct TemporalIntent {
     /// Newest or oldest first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preference: Option<TimePreference>,
+    /// The event the range is relative to; until search has found it, `from` and `to` are unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anchor: Option<TimeAnchor>,
 }
 
 impl TemporalIntent {
     fn range(cue: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Self {
-        Self { cue: cue.to_owned(), from: Some(from), to: Some(to), preference: None }
+        Self { cue: cue.to_owned(), from: Some(from), to: Some(to), preference: None, anchor: None }
     }
 
     fn prefer(cue: &str, preference: TimePreference) -> Self {
-        Self { cue: cue.to_owned(), from: None, to: None, preference: Some(preference) }
+        Self { cue: cue.to_owned(), from: None, to: None, preference: Some(preference), anchor: None }
+    }
+
+    fn anchored(cue: &str, side: Side, phrase: String) -> Self {
+        Self {
+            cue: cue.to_owned(),
+            from: None,
+            to: None,
+            preference: None,
+            anchor: Some(TimeAnchor { side, phrase, memory_id: None }),
+        }
+    }
+
+    /// The range once the anchor's time is known: before it, or from it on.
+    pub fn anchor_at(&mut self, memory_id: uuid::Uuid, at: DateTime<Utc>) {
+        if let Some(anchor) = &mut self.anchor {
+            anchor.memory_id = Some(memory_id);
+            let (from, to) = match anchor.side {
+                Side::Before => (floor(), at),
+                Side::After => (at, ceiling()),
+            };
+            self.from = Some(from);
+            self.to = Some(to);
+        }
+    }
+
+    /// The range before the start (`Before`) or from the start (`since`) or the end (`after`) of
+    /// `range`, for "before 2025", "since March", "after last week".
+    fn beside(cue: &str, side: Side, since: bool, range: &TemporalIntent) -> Option<Self> {
+        let (start, end) = (range.from?, range.to?);
+        Some(match side {
+            Side::Before => Self::range(cue, floor(), start),
+            Side::After => Self::range(cue, if since { start } else { end }, ceiling()),
+        })
     }
 }
 
@@ -112,8 +183,39 @@ pub fn parse(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
     english(query, now).or_else(|| chinese(query, now))
 }
 
+/// Leading words that do not name an event ("before *the* move", "since *I* joined").
+const ANCHOR_FILLER: [&str; 9] = ["the", "my", "our", "his", "her", "their", "a", "an", "that"];
+
+/// "before the move", "after the wedding", "since I joined Acme", "prior to 2025": a date after
+/// the word gives a range beside it; other words name an event for search to find.
+fn english_anchor(words: &[String], now: DateTime<Utc>) -> Option<TemporalIntent> {
+    for (index, word) in words.iter().enumerate() {
+        let (side, skip) = match word.as_str() {
+            "before" => (Side::Before, 1),
+            "prior" if words.get(index + 1).is_some_and(|next| next == "to") => (Side::Before, 2),
+            "after" | "since" => (Side::After, 1),
+            _ => continue,
+        };
+        let rest = &words[index + skip..];
+        let cue = format!("{} {}", words[index..index + skip].join(" "), rest.join(" "));
+        if let Some(range) = english(&format!("in {}", rest.join(" ")), now).filter(|found| found.from.is_some()) {
+            return TemporalIntent::beside(&cue, side, word == "since", &range);
+        }
+        let named: Vec<&str> =
+            rest.iter().map(String::as_str).skip_while(|word| ANCHOR_FILLER.contains(word)).collect();
+        // An event is a few words; "before" at the end ("told you before") names none.
+        if !named.is_empty() && rest.len() <= 8 && !matches!(named[0], "that" | "this" | "it" | "then" | "now") {
+            return Some(TemporalIntent::anchored(&cue, side, rest.join(" ")));
+        }
+    }
+    None
+}
+
 fn english(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
     let words = words(query);
+    if let Some(found) = english_anchor(&words, now) {
+        return Some(found);
+    }
     let today = day_start(now.date_naive());
     let this_year = now.year();
     let week_start = today - Duration::days(i64::from(now.weekday().num_days_from_monday()));
@@ -214,7 +316,41 @@ fn english(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
     None
 }
 
+/// "搬家之前", "结婚以后", "2025年以前": the words before the marker, back to the last
+/// punctuation, without a leading "我", "我们" or "在".
+fn chinese_anchor(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
+    for (marker, side) in [("之前", Side::Before), ("以前", Side::Before), ("之后", Side::After), ("以后", Side::After)]
+    {
+        let Some(position) = query.find(marker) else { continue };
+        let head = &query[..position];
+        let start = head
+            .char_indices()
+            .rev()
+            .find(|(_, c)| "，。？！、,.?! ".contains(*c))
+            .map(|(index, c)| index + c.len_utf8())
+            .unwrap_or(0);
+        let mut phrase = &head[start..];
+        for filler in ["我们", "我", "你", "在"] {
+            phrase = phrase.strip_prefix(filler).unwrap_or(phrase);
+        }
+        if phrase.is_empty() {
+            continue;
+        }
+        let cue = format!("{phrase}{marker}");
+        if let Some(range) = chinese(phrase, now).filter(|found| found.from.is_some()) {
+            return TemporalIntent::beside(&cue, side, false, &range);
+        }
+        if phrase.chars().count() <= 16 {
+            return Some(TemporalIntent::anchored(&cue, side, phrase.to_owned()));
+        }
+    }
+    None
+}
+
 fn chinese(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
+    if let Some(found) = chinese_anchor(query, now) {
+        return Some(found);
+    }
     let today = day_start(now.date_naive());
     let this_year = now.year();
     let week_start = today - Duration::days(i64::from(now.weekday().num_days_from_monday()));
@@ -431,5 +567,34 @@ mod tests {
         ] {
             let _ = parse(odd, now());
         }
+    }
+
+    #[test]
+    fn before_and_after_an_event_or_a_date() {
+        let anchor = |query: &str| {
+            let intent = parse(query, now()).unwrap_or_else(|| panic!("{query}: no intent"));
+            assert_eq!((intent.from, intent.to), (None, None), "{query}: unresolved until search finds the event");
+            let anchor = intent.anchor.unwrap_or_else(|| panic!("{query}: no anchor"));
+            (anchor.side, anchor.phrase)
+        };
+        assert_eq!(anchor("Where did the user live before the move?"), (Side::Before, "the move".to_owned()));
+        assert_eq!(anchor("what did I do after the wedding"), (Side::After, "the wedding".to_owned()));
+        assert_eq!(anchor("Which gym since I joined Acme?"), (Side::After, "i joined acme".to_owned()));
+        assert_eq!(anchor("我搬家之前住在哪里"), (Side::Before, "搬家".to_owned()));
+        assert_eq!(anchor("结婚以后搬去了哪里"), (Side::After, "结婚".to_owned()));
+        // A date after the word: a range beside it.
+        assert_eq!(range("where did I work before 2025"), pair("1900-01-01", "2025-01-01"));
+        assert_eq!(range("projects prior to March 2025"), pair("1900-01-01", "2025-03-01"));
+        assert_eq!(range("what changed after last week"), pair("2026-11-30", "2200-01-01"));
+        assert_eq!(range("my gym since May"), pair("2026-05-01", "2200-01-01"));
+        assert_eq!(range("2025年以前在哪工作"), pair("1900-01-01", "2025-01-01"));
+        // "before" naming no event.
+        for quiet in ["Have I told you this before?", "what did I say before", "I saw it before that"] {
+            assert_eq!(parse(quiet, now()).and_then(|intent| intent.anchor), None, "{quiet}");
+        }
+        let mut intent = parse("before the move", now()).expect("intent");
+        let at = Utc.with_ymd_and_hms(2026, 3, 1, 0, 0, 0).single().expect("time");
+        intent.anchor_at(uuid::Uuid::nil(), at);
+        assert_eq!((intent.from, intent.to), (Some(floor()), Some(at)));
     }
 }

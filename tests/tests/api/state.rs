@@ -438,3 +438,41 @@ async fn the_fallback_after_an_empty_time_range_embeds_the_query_once() {
         assert_eq!(embedder.times(&query), 1, "{mode}");
     }
 }
+
+/// "Before the move" / "after the move": the event is the memory that best matches "the move",
+/// and its event time bounds the range; the response names the memory found. An event nothing
+/// matches leaves the search unlimited, with a warning.
+#[tokio::test]
+async fn time_relative_to_an_event_in_the_query() {
+    let server = TestServer::start().await;
+    say(&server, "I live in New York", "2024-06-01T00:00:00Z").await;
+    say(&server, "I live in Boston", "2025-01-01T00:00:00Z").await;
+    let moved = say(&server, "I moved to San Francisco", "2026-03-01T00:00:00Z").await;
+    server.add_texts("ann", &["I like sourdough bread"], json!({})).await;
+    let ask = |query: &str| json!({"query": query, "user_id": "ann", "threshold": 0.0, "explain": true});
+
+    // The value just before, not every earlier one.
+    let before = server.post("/search", ask("Where did the user live before the move?")).await;
+    assert_eq!(before.status, 200, "{}", before.body);
+    assert_eq!(texts(&before.body["results"]), ["I live in Boston"], "{}", before.body);
+    assert_eq!(before.body["temporal"]["anchor"]["side"], "before", "{}", before.body);
+    assert_eq!(before.body["temporal"]["anchor"]["memory_id"], moved.as_str(), "{}", before.body);
+    assert_eq!(before.body["temporal"]["to"], "2026-03-01T00:00:00Z", "{}", before.body);
+
+    let after = server.post("/search", ask("Where did the user live after the move?")).await;
+    assert_eq!(texts(&after.body["results"])[0], "I moved to San Francisco", "{}", after.body);
+    assert!(
+        !texts(&after.body["results"]).iter().any(|text| text.contains("New York") || text.contains("Boston")),
+        "{}",
+        after.body
+    );
+
+    let unknown = server.post("/search", ask("What did the user eat before the quantum chromodynamics exam?")).await;
+    assert_eq!(unknown.status, 200, "{}", unknown.body);
+    assert!(
+        unknown.body["warnings"][0].as_str().is_some_and(|warning| warning.contains("quantum chromodynamics")),
+        "{}",
+        unknown.body
+    );
+    assert!(unknown.body["temporal"].get("to").is_none(), "{}", unknown.body);
+}

@@ -18,6 +18,11 @@ use crate::temporal::{self, TimePreference};
 use crate::text;
 use crate::types::{MemoryItem, MemoryRecord, MemoryStatus};
 
+/// Least fused hybrid score of the memory taken for the event a query's time refers to: a memory
+/// sharing the event's words and meaning ("the move" → "I moved to San Francisco" ~0.3–0.6), not
+/// one that merely shares neither (~0.05).
+const ANCHOR_MIN_SCORE: f32 = 0.25;
+
 impl Memory {
     /// Finds the memories of a scope that match a query best: hybrid (dense, BM25 and entity
     /// candidates, fused), dense or keyword retrieval, then the threshold and, when asked, a
@@ -46,19 +51,38 @@ impl Memory {
         }
         let mut query = self.scoped_query(caller, request.scope.clone(), request.filter.clone(), request.show_expired);
         query.include_superseded = request.include_superseded;
-        let intent = request
+        let mut intent = request
             .temporal
             .then(|| temporal::parse(query_text, request.reference_time.unwrap_or_else(Utc::now)))
             .flatten();
         let mut warnings = Vec::new();
+        if let Some(intent) = intent.as_mut() {
+            if let Some(anchor) = intent.anchor.clone() {
+                match self.find_anchor(&query, &anchor.phrase).await? {
+                    Some((id, at)) => intent.anchor_at(id, at),
+                    None => warnings.push(format!(
+                        "no memory matched the event the query's time refers to (\"{}\"); the results are not limited by it",
+                        anchor.phrase
+                    )),
+                }
+            }
+        }
         let mut scored = match intent.as_ref().and_then(|intent| intent.from.zip(intent.to)) {
             Some((from, to)) => {
-                // The past is asked for: values superseded since count, within the range.
+                // The past is asked for: values superseded since count, within the range. Before
+                // an event, a state key's value is the one it had just before (not every earlier
+                // one): "where did I live before the move?".
+                let just_before = intent
+                    .as_ref()
+                    .and_then(|intent| intent.anchor.as_ref())
+                    .is_some_and(|anchor| anchor.side == temporal::Side::Before && anchor.memory_id.is_some());
+                let keyed_from = if just_before { to - chrono::Duration::microseconds(1) } else { from };
+                let window = time_window(from, keyed_from, to);
                 let windowed = ScopedQuery {
                     include_superseded: true,
                     filter: Some(match query.filter.clone() {
-                        Some(filter) => Filter::And(vec![filter, time_window(from, to)]),
-                        None => time_window(from, to),
+                        Some(filter) => Filter::And(vec![filter, window]),
+                        None => window,
                     }),
                     ..query.clone()
                 };
@@ -149,6 +173,20 @@ impl Memory {
         Ok(SearchOutcome { results, warnings, temporal: intent })
     }
 
+    /// The memory that best matches `phrase` (an event a query's time refers to: "the move") in
+    /// the query's scope, superseded values included, by hybrid retrieval (so "move" finds
+    /// "moved" by its stem as well as by meaning), with its time (event time, else when it was
+    /// stored); `None` when no memory's fused score reaches [`ANCHOR_MIN_SCORE`].
+    async fn find_anchor(&self, query: &ScopedQuery, phrase: &str) -> Result<Option<(Uuid, DateTime<Utc>)>> {
+        let scope = ScopedQuery { include_superseded: true, ..query.clone() };
+        let found = self.retriever.hybrid(&scope, phrase, 1, &mut None).await?;
+        Ok(found
+            .into_iter()
+            .filter(|(_, explanation)| explanation.score() >= ANCHOR_MIN_SCORE)
+            .max_by(|a, b| a.1.score().total_cmp(&b.1.score()).then_with(|| b.0.id.cmp(&a.0.id)))
+            .map(|(record, _)| (record.id, record.effective_time())))
+    }
+
     /// Candidates of `query` with their score explanations, by the request's mode. The query's
     /// embedding is taken from `vector` when there (a second retrieval of one search), else made
     /// and left there.
@@ -196,7 +234,10 @@ impl Memory {
 /// Memories that were true at some moment in `[from, to)`: a value of a state key from its event
 /// time (else observation time) until its `valid_to`; any other memory by its event time (else
 /// observation time) alone.
-fn time_window(from: DateTime<Utc>, to: DateTime<Utc>) -> Filter {
+///
+/// A value counts when it was true at some moment from `keyed_from` on (usually `from`; the last
+/// instant before `to` for "before an event").
+fn time_window(from: DateTime<Utc>, keyed_from: DateTime<Utc>, to: DateTime<Utc>) -> Filter {
     let condition = |field: Field, op: Operator, value: Scalar| {
         Filter::Condition(Condition { field, op, value: Operand::One(value) })
     };
@@ -212,7 +253,7 @@ fn time_window(from: DateTime<Utc>, to: DateTime<Utc>) -> Filter {
             keyed(),
             condition(when(), Operator::Lt, Scalar::Time(to)),
             // A value still current has no end (null compares false, and NOT makes it true).
-            Filter::Not(Box::new(condition(Field::Time(TimeField::ValidTo), Operator::Lte, Scalar::Time(from)))),
+            Filter::Not(Box::new(condition(Field::Time(TimeField::ValidTo), Operator::Lte, Scalar::Time(keyed_from)))),
         ]),
     ])
 }
