@@ -198,7 +198,12 @@ fn english_anchor(words: &[String], now: DateTime<Utc>) -> Option<TemporalIntent
         };
         let rest = &words[index + skip..];
         let cue = format!("{} {}", words[index..index + skip].join(" "), rest.join(" "));
-        if let Some(range) = english(&format!("in {}", rest.join(" ")), now).filter(|found| found.from.is_some()) {
+        // A date right after the word, and nothing else: "before 2025", "since last March".
+        let date = (rest.len() <= 3)
+            .then(|| english(&format!("in {}", rest.join(" ")), now))
+            .flatten()
+            .filter(|found| found.from.is_some());
+        if let Some(range) = date {
             return TemporalIntent::beside(&cue, side, word == "since", &range);
         }
         let named: Vec<&str> =
@@ -213,9 +218,22 @@ fn english_anchor(words: &[String], now: DateTime<Utc>) -> Option<TemporalIntent
 
 fn english(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
     let words = words(query);
-    if let Some(found) = english_anchor(&words, now) {
-        return Some(found);
+    // A date beside "before"/"after" is read first ("before last year" is not "last year"); an
+    // event only when the query names no date or preference elsewhere ("after the parade in May
+    // 2023" is May).
+    let anchored = english_anchor(&words, now);
+    if anchored.as_ref().is_some_and(|found| found.anchor.is_none()) {
+        return anchored;
     }
+    let dated = english_dates(&words, now);
+    if dated.is_some() {
+        return dated;
+    }
+    english_preference(&words).or(anchored)
+}
+
+/// Ranges named by dates in `words`.
+fn english_dates(words: &[String], now: DateTime<Utc>) -> Option<TemporalIntent> {
     let today = day_start(now.date_naive());
     let this_year = now.year();
     let week_start = today - Duration::days(i64::from(now.weekday().num_days_from_monday()));
@@ -231,7 +249,7 @@ fn english(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
         ("today", today, today + Duration::days(1)),
     ];
     for (phrase, from, to) in ranges {
-        if has_phrase(&words, phrase) {
+        if has_phrase(words, phrase) {
             return Some(TemporalIntent::range(phrase, from, to));
         }
     }
@@ -301,15 +319,20 @@ fn english(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
             }
         }
     }
+    None
+}
+
+/// "currently", "the first time" and the like.
+fn english_preference(words: &[String]) -> Option<TemporalIntent> {
     for phrase in ["first time", "originally", "at first", "initially", "in the beginning", "the first"] {
-        if has_phrase(&words, phrase) {
+        if has_phrase(words, phrase) {
             return Some(TemporalIntent::prefer(phrase, TimePreference::Oldest));
         }
     }
     for phrase in
         ["currently", "right now", "these days", "nowadays", "at the moment", "now", "current", "latest", "most recent"]
     {
-        if has_phrase(&words, phrase) {
+        if has_phrase(words, phrase) {
             return Some(TemporalIntent::prefer(phrase, TimePreference::Recent));
         }
     }
@@ -348,9 +371,17 @@ fn chinese_anchor(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
 }
 
 fn chinese(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
-    if let Some(found) = chinese_anchor(query, now) {
-        return Some(found);
+    // As in English: a date beside the marker first, then other dates and preferences, then an
+    // event.
+    let anchored = chinese_anchor(query, now);
+    if anchored.as_ref().is_some_and(|found| found.anchor.is_none()) {
+        return anchored;
     }
+    chinese_plain(query, now).or(anchored)
+}
+
+/// Chinese dates and preferences.
+fn chinese_plain(query: &str, now: DateTime<Utc>) -> Option<TemporalIntent> {
     let today = day_start(now.date_naive());
     let this_year = now.year();
     let week_start = today - Duration::days(i64::from(now.weekday().num_days_from_monday()));
@@ -582,7 +613,9 @@ mod tests {
         assert_eq!(anchor("Which gym since I joined Acme?"), (Side::After, "i joined acme".to_owned()));
         assert_eq!(anchor("我搬家之前住在哪里"), (Side::Before, "搬家".to_owned()));
         assert_eq!(anchor("结婚以后搬去了哪里"), (Side::After, "结婚".to_owned()));
-        // A date after the word: a range beside it.
+        // A date elsewhere wins over an event; a date after the word is a range beside it.
+        assert_eq!(range("what did Caroline do after the parade in May 2023"), pair("2023-05-01", "2023-06-01"));
+        assert_eq!(range("婚礼之后的2025年5月去了哪里"), pair("2025-05-01", "2025-06-01"));
         assert_eq!(range("where did I work before 2025"), pair("1900-01-01", "2025-01-01"));
         assert_eq!(range("projects prior to March 2025"), pair("1900-01-01", "2025-03-01"));
         assert_eq!(range("what changed after last week"), pair("2026-11-30", "2200-01-01"));

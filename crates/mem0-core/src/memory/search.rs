@@ -67,17 +67,30 @@ impl Memory {
                 }
             }
         }
+        let anchored = intent.as_ref().and_then(|intent| intent.anchor.as_ref()).filter(|a| a.memory_id.is_some());
         let mut scored = match intent.as_ref().and_then(|intent| intent.from.zip(intent.to)) {
+            Some((from, to)) if anchored.is_some() => {
+                // Relative to an event, the range applies to the values of state keys only: the
+                // event's time says which value held; other memories are ranked as if no time
+                // were named (a hard range there lost more LoCoMo evidence than it excluded).
+                // Before the event a key's value is the one it had just before, not every earlier
+                // one ("where did I live before the move?").
+                let keyed_from = match anchored {
+                    Some(anchor) if anchor.side == temporal::Side::Before => to - chrono::Duration::microseconds(1),
+                    _ => from,
+                };
+                let everything = ScopedQuery { include_superseded: true, ..query.clone() };
+                let mut found = self.retrieve(&everything, query_text, &request, &mut None).await?;
+                found.retain(|(record, _)| {
+                    record.state.state_key.is_none()
+                        || (record.effective_time() < to
+                            && record.state.valid_to.is_none_or(|valid_to| valid_to > keyed_from))
+                });
+                found
+            }
             Some((from, to)) => {
-                // The past is asked for: values superseded since count, within the range. Before
-                // an event, a state key's value is the one it had just before (not every earlier
-                // one): "where did I live before the move?".
-                let just_before = intent
-                    .as_ref()
-                    .and_then(|intent| intent.anchor.as_ref())
-                    .is_some_and(|anchor| anchor.side == temporal::Side::Before && anchor.memory_id.is_some());
-                let keyed_from = if just_before { to - chrono::Duration::microseconds(1) } else { from };
-                let window = time_window(from, keyed_from, to);
+                // The past is asked for: values superseded since count, within the range.
+                let window = time_window(from, to);
                 let windowed = ScopedQuery {
                     include_superseded: true,
                     filter: Some(match query.filter.clone() {
@@ -234,10 +247,7 @@ impl Memory {
 /// Memories that were true at some moment in `[from, to)`: a value of a state key from its event
 /// time (else observation time) until its `valid_to`; any other memory by its event time (else
 /// observation time) alone.
-///
-/// A value counts when it was true at some moment from `keyed_from` on (usually `from`; the last
-/// instant before `to` for "before an event").
-fn time_window(from: DateTime<Utc>, keyed_from: DateTime<Utc>, to: DateTime<Utc>) -> Filter {
+fn time_window(from: DateTime<Utc>, to: DateTime<Utc>) -> Filter {
     let condition = |field: Field, op: Operator, value: Scalar| {
         Filter::Condition(Condition { field, op, value: Operand::One(value) })
     };
@@ -253,7 +263,7 @@ fn time_window(from: DateTime<Utc>, keyed_from: DateTime<Utc>, to: DateTime<Utc>
             keyed(),
             condition(when(), Operator::Lt, Scalar::Time(to)),
             // A value still current has no end (null compares false, and NOT makes it true).
-            Filter::Not(Box::new(condition(Field::Time(TimeField::ValidTo), Operator::Lte, Scalar::Time(keyed_from)))),
+            Filter::Not(Box::new(condition(Field::Time(TimeField::ValidTo), Operator::Lte, Scalar::Time(from)))),
         ]),
     ])
 }
