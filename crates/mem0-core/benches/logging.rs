@@ -8,6 +8,8 @@
 //! Run: `cargo bench -p mem0-core --bench logging` (SQLite; also Postgres when `DATABASE_URL` is
 //! set, e.g. after `eval "$(scripts/pg-up.sh /tmp/pg)"`; env `BENCH_SEARCHES`, default 2,000).
 
+mod common;
+
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -58,29 +60,9 @@ impl Embedder for StubEmbedder {
     }
 }
 
-/// CPU seconds (user + system) of the processes whose `/proc/<pid>/stat` passes `select`.
-fn cpu_seconds(select: impl Fn(u32, &str) -> bool) -> f64 {
-    let mut total = 0_u64;
-    let Ok(entries) = std::fs::read_dir("/proc") else { return 0.0 };
-    for entry in entries.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let Some((head, tail)) = stat.rsplit_once(')') else { continue };
-        let name = head.split_once('(').map_or("", |(_, name)| name);
-        if !select(pid, name) {
-            continue;
-        }
-        let fields: Vec<&str> = tail.split_whitespace().collect();
-        if let (Some(user), Some(system)) = (fields.get(11), fields.get(12)) {
-            total += user.parse::<u64>().unwrap_or(0) + system.parse::<u64>().unwrap_or(0);
-        }
-    }
-    total as f64 / 100.0 // USER_HZ
-}
-
 fn cpu(postgres: bool) -> f64 {
     let me = std::process::id();
-    cpu_seconds(|pid, name| pid == me || (postgres && name == "postgres"))
+    common::cpu_seconds(|pid, name| pid == me || (postgres && name == "postgres"))
 }
 
 /// The ids of search number `search`'s hits: 20 of the user's memories, skewed towards a few

@@ -16,6 +16,8 @@
 //! `100,1000,10000`; `BENCH_STORES`, default `sqlite,pgvector`; `BENCH_REQUESTS` per cell,
 //! default 400).
 
+mod common;
+
 use std::collections::hash_map::DefaultHasher;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
@@ -114,35 +116,13 @@ impl Rng {
     }
 }
 
-/// CPU seconds (user + system) of the processes whose `/proc/<pid>/stat` passes `select`.
-fn cpu_seconds(select: impl Fn(u32, &str) -> bool) -> f64 {
-    let ticks_per_second = 100.0; // USER_HZ on Linux
-    let mut total = 0_u64;
-    let Ok(entries) = std::fs::read_dir("/proc") else { return 0.0 };
-    for entry in entries.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let Some((head, tail)) = stat.rsplit_once(')') else { continue };
-        let name = head.split_once('(').map_or("", |(_, name)| name);
-        if !select(pid, name) {
-            continue;
-        }
-        let fields: Vec<&str> = tail.split_whitespace().collect();
-        // After the name: state is field 3, utime 14 and stime 15 (1-based in proc(5)).
-        if let (Some(user), Some(system)) = (fields.get(11), fields.get(12)) {
-            total += user.parse::<u64>().unwrap_or(0) + system.parse::<u64>().unwrap_or(0);
-        }
-    }
-    total as f64 / ticks_per_second
-}
-
 fn own_cpu() -> f64 {
     let me = std::process::id();
-    cpu_seconds(|pid, _| pid == me)
+    common::cpu_seconds(|pid, _| pid == me)
 }
 
 fn postgres_cpu() -> f64 {
-    cpu_seconds(|_, name| name == "postgres")
+    common::cpu_seconds(|_, name| name == "postgres")
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
