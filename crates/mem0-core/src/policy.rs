@@ -29,9 +29,11 @@ pub enum Action {
 }
 
 /// Actions of the built-in detectors; unset ones keep the default (tenant: the global one).
+///
+/// Always flattened into a struct that refuses unknown keys; refusing them here too would make
+/// the schema refuse its neighbours' keys (`rules`) in the `allOf` it is part of.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
 pub struct DetectorActions {
     /// Provider keys and tokens, private keys, "password is …" (default `redact`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -484,6 +486,7 @@ mod tests {
         assert!(
             serde_json::from_value::<PolicyConfig>(serde_json::json!({"tenants": {"b": {"card": "reject"}}})).is_err()
         );
+        assert!(serde_json::from_value::<TenantPolicy>(serde_json::json!({"emails": "redact", "email": "x"})).is_err());
     }
 
     #[test]

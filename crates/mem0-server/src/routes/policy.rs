@@ -20,6 +20,7 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Query)]
 pub struct PolicyParams {
     /// Another tenant's policy (global admin only); the caller's own by default.
+    #[param(min_length = 1, max_length = 128)]
     pub tenant: Option<String>,
 }
 
@@ -80,6 +81,7 @@ fn view(tenant: String, policy: &PolicyConfig) -> PolicyView {
     params(PolicyParams),
     responses(
         (status = 200, description = "The tenant's overrides and the global rules", body = PolicyView),
+        (status = 400, description = "Invalid tenant parameter", body = ErrorBody),
         (status = 401, description = "No valid credentials", body = ErrorBody),
         (status = 403, description = "Not an admin of the whole tenant, or another tenant", body = ErrorBody),
     )
