@@ -79,15 +79,27 @@ pub struct SqliteStoreConfig {
     /// Most embeddings kept in memory for search (each costs 4 bytes a dimension).
     #[serde(default = "default_vector_cache_entries")]
     pub vector_cache_entries: usize,
+    /// Most memory rows kept in memory for search (a row is its embedding, texts and metadata:
+    /// about 3 KB at 384 dimensions).
+    #[serde(default = "default_record_cache_entries")]
+    pub record_cache_entries: usize,
 }
 
 fn default_vector_cache_entries() -> usize {
     crate::store::DEFAULT_VECTOR_CACHE_ENTRIES
 }
 
+fn default_record_cache_entries() -> usize {
+    crate::store::DEFAULT_RECORD_CACHE_ENTRIES
+}
+
 impl Default for SqliteStoreConfig {
     fn default() -> Self {
-        Self { path: "data/memories.db".into(), vector_cache_entries: default_vector_cache_entries() }
+        Self {
+            path: "data/memories.db".into(),
+            vector_cache_entries: default_vector_cache_entries(),
+            record_cache_entries: default_record_cache_entries(),
+        }
     }
 }
 
@@ -156,7 +168,12 @@ impl Memory {
         let (store, history): (Arc<dyn VectorStore>, HistoryStore) = match config.vector_store.provider {
             VectorStoreProvider::Sqlite => {
                 let sqlite = &config.vector_store.sqlite;
-                let store = SqliteStore::open_with_cache(&sqlite.path, sqlite.vector_cache_entries).await?;
+                let store = SqliteStore::open_with_caches(
+                    &sqlite.path,
+                    sqlite.vector_cache_entries,
+                    sqlite.record_cache_entries,
+                )
+                .await?;
                 (Arc::new(store), HistoryStore::open(&config.history.path).await?)
             }
             VectorStoreProvider::Pgvector => {

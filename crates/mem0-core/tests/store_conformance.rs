@@ -133,6 +133,11 @@ async fn check_tenancy_and_crud(store: &dyn VectorStore) {
     insert(store, &[mine.clone(), theirs.clone()]).await.expect("insert");
     assert_eq!(store.get("t1", mine.id).await.expect("get"), Some(mine.clone()));
     assert_eq!(store.get("t1", theirs.id).await.expect("get"), None, "another tenant's id is invisible");
+    // Twice: the embedded store serves the second from its row cache, tenancy included.
+    for _ in 0..2 {
+        assert_eq!(store.get_many("t1", &[mine.id, theirs.id]).await.expect("get_many"), vec![mine.clone()]);
+        assert_eq!(store.get_many("t2", &[mine.id]).await.expect("get_many"), Vec::new());
+    }
     assert_eq!(delete(store, "t1", &[theirs.id]).await.expect("delete"), 0, "and cannot be deleted");
     let hits = store.search(&query("t1", "u", None), &unit([1.0, 0.0, 0.0, 0.0]), 10, 0.0).await.expect("search");
     assert_eq!(hits.iter().map(|hit| hit.record.memory.as_str()).collect::<Vec<_>>(), ["mine"]);
@@ -143,14 +148,18 @@ async fn check_tenancy_and_crud(store: &dyn VectorStore) {
     changed.embedding = unit([0.0, 1.0, 0.0, 0.0]);
     assert!(update(store, &changed).await.expect("update"));
     assert_eq!(store.get("t1", mine.id).await.expect("get").map(|r| r.memory), Some("changed".into()));
+    assert_eq!(store.get_many("t1", &[mine.id]).await.expect("get_many"), vec![changed.clone()], "not a cached row");
     let mut foreign = changed.clone();
     foreign.tenant = "t2".into();
     assert!(!update(store, &foreign).await.expect("update"), "updates are confined to the tenant");
 
     assert_eq!(delete(store, "t1", &[mine.id]).await.expect("delete"), 1);
     assert_eq!(store.get("t1", mine.id).await.expect("get"), None);
+    assert_eq!(store.get_many("t1", &[mine.id]).await.expect("get_many"), Vec::new());
+    assert_eq!(store.get_many("t2", &[theirs.id]).await.expect("get_many").len(), 1);
     store.reset(Some("t2")).await.expect("reset");
     assert_eq!(store.get("t2", theirs.id).await.expect("get"), None);
+    assert_eq!(store.get_many("t2", &[theirs.id]).await.expect("get_many"), Vec::new());
 }
 
 async fn check_search_is_exact_top_k(store: &dyn VectorStore) {
@@ -454,6 +463,10 @@ async fn check_state_chains(store: &dyn VectorStore) {
     };
     let status = |id: Uuid| async move {
         let record = store.get("t", id).await.expect("get").expect("present");
+        // Read by `get_many` too, which the embedded store serves from its row cache once read:
+        // a chain's resolution changes rows the write did not name, and they must not stay cached.
+        let many = store.get_many("t", &[id]).await.expect("get_many");
+        assert_eq!(many.iter().map(|record| &record.state).collect::<Vec<_>>(), [&record.state]);
         (record.state.status, record.state.superseded_by, record.state.valid_to)
     };
     let new_york = city("lives in New York", "live new york", 1);

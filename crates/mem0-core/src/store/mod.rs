@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 pub use self::pgvector::{ImportReport, PgVectorConfig, PgVectorStore, MIGRATOR};
 pub(crate) use sqlite::{open_sqlite, WriteTurns};
-pub use sqlite::{SqliteStore, DEFAULT_VECTOR_CACHE_ENTRIES};
+pub use sqlite::{SqliteStore, DEFAULT_RECORD_CACHE_ENTRIES, DEFAULT_VECTOR_CACHE_ENTRIES};
 
 use crate::error::{Error, Result};
 use crate::filter::Filter;

@@ -1,9 +1,11 @@
-//! The bounded in-process cache of embeddings the embedded store searches with.
+//! The bounded in-process caches the embedded store searches with: embeddings by memory id, and
+//! whole memory rows by id (the candidates a hybrid search scores are mostly the same few
+//! hundred rows from one search to the next).
 //!
-//! Writes never put vectors in; they drop the ids they changed and bump a generation after they
+//! Writes never put entries in; they drop the ids they changed and bump a generation after they
 //! commit. A search fills in what it read from the database only if no write committed since it
-//! started reading, so a vector read before a write can never outlive it in the cache (and two
-//! writers finishing in any order cannot leave the older vector behind).
+//! started reading, so a value read before a write can never outlive it in the cache (and two
+//! writers finishing in any order cannot leave the older value behind).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,68 +13,118 @@ use std::sync::{Arc, RwLock};
 
 use uuid::Uuid;
 
+use crate::types::MemoryRecord;
+
 /// An embedding shared between the cache and a running search.
 pub(super) type SharedVector = (Uuid, Arc<[f32]>);
 
-/// Embeddings by memory id; bounded, never a source of truth.
+/// Embeddings by memory id.
+pub(super) type VectorCache = Cache<Arc<[f32]>>;
+
+/// Memory rows by id.
+pub(super) type RecordCache = Cache<Arc<MemoryRecord>>;
+
+/// Values by memory id; bounded, never a source of truth.
 #[derive(Debug, Default)]
-pub(super) struct VectorCache {
-    vectors: RwLock<HashMap<Uuid, Arc<[f32]>>>,
+pub(super) struct Cache<V> {
+    entries: RwLock<HashMap<Uuid, V>>,
     capacity: usize,
     /// Bumped by every committed write.
     generation: AtomicU64,
 }
 
-impl VectorCache {
-    /// An empty cache holding at most `capacity` embeddings.
+impl<V: Clone> Cache<V> {
+    /// An empty cache holding at most `capacity` values.
     pub(super) fn new(capacity: usize) -> Self {
-        Self { vectors: RwLock::default(), capacity, generation: AtomicU64::new(0) }
+        Self { entries: RwLock::default(), capacity, generation: AtomicU64::new(0) }
     }
 
-    /// The generation to pass to [`VectorCache::fill`]; read it before reading the database.
+    /// The generation to pass to [`Cache::fill`]; read it before reading the database.
     pub(super) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
-    pub(super) fn get_many(&self, ids: &[Uuid]) -> (Vec<SharedVector>, Vec<Uuid>) {
-        let vectors = self.vectors.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// The cached values of `ids`, and the ids not cached.
+    pub(super) fn get_many(&self, ids: &[Uuid]) -> (Vec<(Uuid, V)>, Vec<Uuid>) {
+        let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut found = Vec::with_capacity(ids.len());
         let mut missing = Vec::new();
         for id in ids {
-            match vectors.get(id) {
-                Some(vector) => found.push((*id, Arc::clone(vector))),
+            match entries.get(id) {
+                Some(value) => found.push((*id, value.clone())),
                 None => missing.push(*id),
             }
         }
         (found, missing)
     }
 
-    /// Stores vectors read from the database since `generation`, unless a write committed since.
-    pub(super) fn fill(&self, loaded: &[SharedVector], generation: u64) {
-        let mut vectors = self.vectors.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// Stores values read from the database since `generation`, unless a write committed since.
+    /// When full, about an eighth of the entries (arbitrary ones) make room first.
+    pub(super) fn fill(&self, loaded: &[(Uuid, V)], generation: u64) {
+        if self.capacity == 0 || loaded.is_empty() {
+            return;
+        }
+        let mut entries = self.entries.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         if self.generation.load(Ordering::Acquire) != generation {
             return;
         }
-        for (id, vector) in loaded {
-            if vectors.len() >= self.capacity {
-                break;
+        for (id, value) in loaded {
+            if entries.len() >= self.capacity && !entries.contains_key(id) {
+                let evict: Vec<Uuid> = entries.keys().take(self.capacity.div_ceil(8)).copied().collect();
+                for id in evict {
+                    entries.remove(&id);
+                }
             }
-            vectors.entry(*id).or_insert_with(|| Arc::clone(vector));
+            entries.entry(*id).or_insert_with(|| value.clone());
         }
     }
 
-    /// Forgets the vectors of rows a committed write changed or removed.
+    /// Forgets the values of rows a committed write changed or removed.
     pub(super) fn invalidate(&self, ids: impl IntoIterator<Item = Uuid>) {
-        let mut vectors = self.vectors.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut entries = self.entries.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.generation.fetch_add(1, Ordering::AcqRel);
         for id in ids {
-            vectors.remove(&id);
+            entries.remove(&id);
         }
     }
 
     pub(super) fn clear(&self) {
-        let mut vectors = self.vectors.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut entries = self.entries.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.generation.fetch_add(1, Ordering::AcqRel);
-        vectors.clear();
+        entries.clear();
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fill_that_started_before_a_write_is_dropped() {
+        let cache: Cache<u32> = Cache::new(10);
+        let id = Uuid::now_v7();
+        let before = cache.generation();
+        cache.invalidate([id]);
+        cache.fill(&[(id, 1)], before);
+        assert_eq!(cache.get_many(&[id]).1, vec![id]);
+        cache.fill(&[(id, 2)], cache.generation());
+        assert_eq!(cache.get_many(&[id]).0, vec![(id, 2)]);
+    }
+
+    #[test]
+    fn a_full_cache_makes_room() {
+        let cache: Cache<u32> = Cache::new(16);
+        let ids: Vec<Uuid> = (0..40).map(|_| Uuid::now_v7()).collect();
+        for (index, id) in ids.iter().enumerate() {
+            cache.fill(&[(*id, u32::try_from(index).unwrap())], cache.generation());
+            assert!(cache.len() <= 16);
+        }
+        // The latest value is always there after its fill.
+        assert_eq!(cache.get_many(&ids[39..]).0, vec![(ids[39], 39)]);
     }
 }

@@ -198,7 +198,9 @@ async fn known_hashes(
 /// Applies a write inside an open transaction (see [`WriteSet`] for the order).
 /// Resolves the chains of the write's state keys again (the transaction is immediate: no other
 /// writer runs until it commits). The postings follow the status by trigger.
-async fn resolve_states(executor: &mut sqlx::SqliteConnection, write: &WriteSet) -> Result<()> {
+/// Returns the ids of the rows it changed.
+async fn resolve_states(executor: &mut sqlx::SqliteConnection, write: &WriteSet) -> Result<Vec<Uuid>> {
+    let mut changed = Vec::new();
     for key in crate::store::keys_to_resolve(write) {
         let rows = sqlx::query(
             "select id, status, coalesce(event_time, created_at) as t, confidence, source_type, superseded_by, \
@@ -237,12 +239,14 @@ async fn resolve_states(executor: &mut sqlx::SqliteConnection, write: &WriteSet)
                 .bind(change.id.to_string())
                 .execute(&mut *executor)
                 .await?;
+            changed.push(change.id);
         }
     }
-    Ok(())
+    Ok(changed)
 }
 
-pub(super) async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &WriteSet) -> Result<Applied> {
+/// Returns what was applied and the ids of rows whose state the key chains changed.
+pub(super) async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &WriteSet) -> Result<(Applied, Vec<Uuid>)> {
     let mut applied = Applied::default();
     for (id, expected) in &write.expect {
         let current: Option<i64> = sqlx::query_scalar("select updated_at from memories where id = ?")
@@ -296,7 +300,7 @@ pub(super) async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &Writ
     for record in inserts.iter() {
         insert_one(executor, record).await?;
     }
-    resolve_states(executor, write).await?;
+    let restated = resolve_states(executor, write).await?;
     for chunk in touched.chunks(FETCH_CHUNK) {
         let placeholders = vec!["?"; chunk.len()].join(", ");
         let statement = format!("delete from memory_entity_links where memory_id in ({placeholders})");
@@ -324,7 +328,7 @@ pub(super) async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &Writ
             .await?;
     }
     settle_in(executor, &write.settle).await?;
-    Ok(applied)
+    Ok((applied, restated))
 }
 
 pub(super) async fn settle_in(executor: &mut sqlx::SqliteConnection, ids: &[Uuid]) -> Result<()> {
