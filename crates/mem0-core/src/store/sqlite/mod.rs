@@ -698,7 +698,7 @@ impl KeywordIndex for SqliteStore {
 /// Ids run together by `group_concat(id, '')`: hyphenated UUIDs of 36 characters each.
 fn concatenated_ids(ids: &str) -> Result<Vec<Uuid>> {
     const ID_LEN: usize = 36;
-    if ids.len() % ID_LEN != 0 {
+    if !ids.len().is_multiple_of(ID_LEN) {
         return Err(Error::Internal(format!("id list of {} bytes", ids.len())));
     }
     ids.as_bytes()
