@@ -269,11 +269,14 @@ impl MemoryRows for SqliteStore {
         }
         let mut transaction = self.turns.begin(&self.pool).await?;
         let (applied, restated) = apply_in(&mut transaction, write).await?;
-        transaction.commit().await?;
+        // Invalidated whatever the commit answers: a commit that reports an error may still have
+        // happened, and dropping an unchanged row from a cache costs one read.
+        let committed = transaction.commit().await;
         let changed = write.delete.iter().chain(write.update.iter().map(|record| &record.id));
         self.cache.invalidate(changed.clone().copied());
         // Rows whose state the key chains changed are cached rows too.
         self.records.invalidate(changed.chain(&restated).copied());
+        committed?;
         Ok(applied)
     }
 
