@@ -1142,6 +1142,44 @@ async fn pgvector_hnsw_path_returns_a_full_top_k_for_a_small_scope() {
 
 /// `import` (COPY + index rebuild) stores exactly what `insert` would: awkward text survives the
 /// COPY escaping, the keyword index follows, the HNSW index is back afterwards.
+/// A real embedding (384 dimensions, 1.5 KB) with a memory of a few hundred characters, as most
+/// extracted facts are: the row passes the TOAST threshold, and the embedding (the largest value)
+/// would be the one moved out of the row unless its storage says otherwise. It stays in the row,
+/// so an exact ranking never reads vectors from the TOAST table.
+#[tokio::test]
+async fn pgvector_embeddings_stay_in_the_row() {
+    const REAL_DIM: usize = 384;
+    let (store, _guard) = open_pg().await;
+    store.ensure_dimension(REAL_DIM, "test").await.expect("dimension");
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    // Text that does not compress: about 700 characters of random words.
+    let text: String = (0..100).map(|_| format!("{:06x} ", next() % 0xff_ffff)).collect();
+    let mut embedding: Vec<f32> = (0..REAL_DIM).map(|_| (next() % 1000) as f32 - 500.0).collect();
+    let norm = embedding.iter().map(|value| value * value).sum::<f32>().sqrt();
+    embedding.iter_mut().for_each(|value| *value /= norm);
+    let long = record("t", "u", &text, embedding.clone(), json!({}), 0);
+    insert(&store, std::slice::from_ref(&long)).await.expect("insert");
+    let (embedding_out, row_size): (bool, i32) = sqlx::query_as(
+        "select pg_column_toast_chunk_id(embedding) is not null, pg_column_size(memories.*) from memories \
+         where id = $1",
+    )
+    .bind(long.id)
+    .fetch_one(store.pool())
+    .await
+    .expect("toast");
+    assert!(text.len() >= 700);
+    assert!(!embedding_out, "the embedding stays in the row (row of {row_size} bytes)");
+    let hits = store.search(&query("t", "u", None), &embedding, 5, 0.0).await.expect("search");
+    assert_eq!(hits.iter().map(|hit| hit.record.id).collect::<Vec<_>>(), [long.id]);
+    assert_eq!(hits[0].record.memory, text);
+}
+
 #[tokio::test]
 async fn pgvector_import_round_trips_awkward_rows() {
     let (store, _guard) = open_pg().await;

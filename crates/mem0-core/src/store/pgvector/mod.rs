@@ -410,6 +410,9 @@ impl VectorIndex for PgVectorStore {
                 .execute(&mut *transaction)
                 .await?;
         }
+        // A new type brings the type's storage back (`external`); keep embeddings in the row (see
+        // migrations/0013_embedding_storage.sql).
+        sqlx::query("alter table memories alter column embedding set storage main").execute(&mut *transaction).await?;
         sqlx::query(
             "create index if not exists memories_embedding_hnsw on memories using hnsw (embedding vector_cosine_ops)",
         )
