@@ -14,7 +14,8 @@
 //!
 //! Run: `cargo bench -p mem0-core --bench search_scale` (env `BENCH_SCALES`, default
 //! `100,1000,10000`; `BENCH_STORES`, default `sqlite,pgvector`; `BENCH_REQUESTS` per cell,
-//! default 400).
+//! default 400; `BENCH_FACT_CHARS`, facts of at least that length; `BENCH_PG_EMBEDDING_STORAGE=
+//! external`, pgvector's default column layout instead of the migrations').
 
 mod common;
 
@@ -30,7 +31,7 @@ use mem0_core::error::ProviderError;
 use mem0_core::history::HistoryStore;
 use mem0_core::memory::SearchMode;
 use mem0_core::providers::embedder::Embedder;
-use mem0_core::store::{PgVectorConfig, PgVectorStore, SqliteStore, VectorStore};
+use mem0_core::store::{PgVectorConfig, PgVectorStore, SqliteStore, VectorIndex, VectorStore};
 use mem0_core::{AddRequest, Caller, Memory, Message, Scope, SearchRequest};
 use uuid::Uuid;
 
@@ -101,19 +102,31 @@ impl Rng {
         items[(self.0 >> 33) as usize % items.len()]
     }
 
+    /// A generated fact; with `BENCH_FACT_CHARS` lengthened to about that many characters by
+    /// further clauses, as the facts of real conversations are.
     fn fact(&mut self, index: usize) -> String {
-        format!(
+        let mut fact = format!(
             "{} {} {} in {} (note {index})",
             self.pick(PEOPLE),
             self.pick(VERBS),
             self.pick(OBJECTS),
             self.pick(PLACES)
-        )
+        );
+        while fact.len() < fact_chars() {
+            let clause = format!(", then {} {} with {}", self.pick(VERBS), self.pick(OBJECTS), self.pick(PEOPLE));
+            fact.push_str(&clause);
+        }
+        fact
     }
 
     fn question(&mut self) -> String {
         format!("What does {} think about {} in {}?", self.pick(PEOPLE), self.pick(OBJECTS), self.pick(PLACES))
     }
+}
+
+/// `BENCH_FACT_CHARS`: the least length of a stored fact (default 0: one short clause, ~60).
+fn fact_chars() -> usize {
+    std::env::var("BENCH_FACT_CHARS").ok().and_then(|value| value.parse().ok()).unwrap_or(0)
 }
 
 fn own_cpu() -> f64 {
@@ -354,6 +367,14 @@ async fn main() {
                 let url = format!("{}/{name}", admin_url.rsplit_once('/').expect("url").0);
                 let store = PgVectorStore::connect(&url, &PgVectorConfig::default()).await.expect("connect");
                 let pool = store.pool().clone();
+                if std::env::var("BENCH_PG_EMBEDDING_STORAGE").is_ok_and(|value| value == "external") {
+                    // pgvector's default layout, for comparison (migration 0013 keeps embeddings in the row).
+                    store.ensure_dimension(DIM, "bench").await.expect("dimension");
+                    sqlx::query("alter table memories alter column embedding set storage external")
+                        .execute(&pool)
+                        .await
+                        .expect("storage");
+                }
                 let history = HistoryStore::open(&dir.path().join("history-pg.db")).await.expect("history");
                 let wal = [dir.path().join("history-pg.db-wal")];
                 bench_store("pgvector", Arc::new(store), history, Some(pool), &wal).await;
