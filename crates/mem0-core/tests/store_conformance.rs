@@ -226,6 +226,20 @@ async fn check_listing_order_pages_and_expiration(store: &dyn VectorStore) {
     let with_expired = ScopedQuery { show_expired: true, ..query("t", "u", None) };
     assert_eq!(store.list(&with_expired, None, 100).await.expect("list").records.len(), 25);
 
+    // Numbered pages: the same order, the same rows, and the count of what matches.
+    assert_eq!(store.count(&query("t", "u", None)).await.expect("count"), 24);
+    assert_eq!(store.count(&with_expired).await.expect("count"), 25);
+    assert_eq!(store.count(&query("t", "nobody", None)).await.expect("count"), 0);
+    assert_eq!(store.count(&query("other-tenant", "u", None)).await.expect("count"), 0);
+    let mut numbered = Vec::new();
+    for page in 0..4 {
+        let rows = store.list_at(&query("t", "u", None), page * 7, 7).await.expect("list_at");
+        assert_eq!(rows.len(), [7, 7, 7, 3][page], "page {page}");
+        numbered.extend(rows.iter().map(|r| (r.created_at, r.id)));
+    }
+    assert_eq!(numbered, seen, "numbered pages list what the cursor pages list, in order");
+    assert!(store.list_at(&query("t", "u", None), 24, 7).await.expect("past the end").is_empty());
+
     let deleted = delete_matching(store, &query("t", "u", None)).await.expect("delete");
     assert_eq!(deleted.len(), 25, "scope deletes include expired rows");
     assert!(store.list(&with_expired, None, 100).await.expect("list").records.is_empty());

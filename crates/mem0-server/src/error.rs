@@ -87,6 +87,8 @@ pub enum ErrorCode {
     RequestBodyTimeout,
     /// Something unexpected failed; the log has the details under the request id.
     InternalError,
+    /// A feature of Mem0's API this server does not have (501); `details.feature` names it.
+    NotImplemented,
 }
 
 impl ErrorCode {
@@ -112,6 +114,7 @@ impl ErrorCode {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Self::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::NotImplemented => StatusCode::NOT_IMPLEMENTED,
             Self::ProviderAuthFailed | Self::ProviderBadRequest | Self::ProviderBadResponse => StatusCode::BAD_GATEWAY,
             Self::ProviderRateLimited | Self::ProviderUnavailable | Self::StoreUnavailable | Self::Draining => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -157,6 +160,13 @@ impl ApiError {
         let mut error = Self::new(ErrorCode::ValidationFailed, format!("invalid {field}: {message}"));
         error.details = Some(serde_json::json!({ "field": field }));
         error
+    }
+
+    /// Adds structured context (`details`).
+    #[must_use]
+    pub fn with_details(mut self, details: serde_json::Value) -> Self {
+        self.details = Some(details);
+        self
     }
 
     /// Adds a `Retry-After` header.

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod background_log;
 pub mod body;
 pub mod browser;
+pub mod compat;
 pub mod config;
 pub mod configure;
 pub mod docs;
@@ -59,9 +60,9 @@ pub fn app(state: AppState) -> Router {
     let browser_guard = browser::BrowserGuard::new(state.settings.auth.disabled, &server.allowed_hosts);
     let concurrency = GlobalConcurrencyLimitLayer::new(server.concurrency_limit);
     let guarded = |class: RouteClass| middleware::from_fn_with_state((state.clone(), class), guard::guard);
-    let mut router = Router::new();
-    for (class, group) in routes::api_groups() {
-        let (group, _) = group.split_for_parts();
+    // Our routes and, in Mem0's dialect, the same operations for its SDKs (`compat`): one set of
+    // layers per rate-limit class for both.
+    let layered = |group: Router<AppState>, class: RouteClass| {
         let group = group.layer(DefaultBodyLimit::max(server.body_limit_bytes)).layer(concurrency.clone());
         // Reads (search included) ignore Idempotency-Key: nothing to protect, nothing to keep.
         let group = if class == RouteClass::Read {
@@ -69,8 +70,14 @@ pub fn app(state: AppState) -> Router {
         } else {
             group.layer(middleware::from_fn_with_state(state.clone(), idempotency::idempotent))
         };
-        let group = group.layer(middleware::from_fn_with_state(body, body::read_body)).layer(guarded(class));
-        router = router.merge(group);
+        group.layer(middleware::from_fn_with_state(body, body::read_body)).layer(guarded(class))
+    };
+    let mut router = Router::new();
+    for (class, group) in routes::api_groups() {
+        let (group, _) = group.split_for_parts();
+        router = router
+            .merge(layered(group, class))
+            .merge(layered(compat::routes(class), class).layer(middleware::from_fn(compat::error_detail)));
     }
     let (open, _) = routes::open_router().split_for_parts();
     let doc_json = Arc::new(openapi::document_json());

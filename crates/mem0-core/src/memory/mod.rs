@@ -29,8 +29,8 @@ pub use self::limits::{
     MAX_PAGE_SIZE, MAX_QUERY_BYTES, MAX_TEXT_BYTES,
 };
 pub use self::requests::{
-    AddOutcome, AddRequest, AddedMemory, ExtractionSettings, ListPage, ListRequest, SearchMode, SearchOutcome,
-    SearchRequest, SourceInput, UpdateRequest,
+    AddOutcome, AddRequest, AddedMemory, ExtractionSettings, ListPage, ListRequest, NumberedPage, SearchMode,
+    SearchOutcome, SearchRequest, SourceInput, UpdateRequest,
 };
 pub use self::writes::FailPoint;
 use crate::decay::{DecayConfig, MemoryRead, ReadSink};
@@ -290,6 +290,42 @@ impl Memory {
             items: page.records.into_iter().map(MemoryItem::from).collect(),
             next: page.next.map(|cursor| cursor.encode()),
         })
+    }
+
+    /// Lists memories of a scope like [`Memory::list`], by page number (1 is the first) rather
+    /// than cursor, with the number of matching memories: the paging of Mem0's API. `request`
+    /// must not carry a cursor.
+    ///
+    /// # Errors
+    /// Validation (page, page size, a cursor given), scope errors.
+    #[instrument(skip_all, fields(tenant = %caller.tenant, page, page_size = request.page_size))]
+    pub async fn list_numbered(&self, caller: &Caller, request: ListRequest, page: usize) -> Result<NumberedPage> {
+        caller.require(Role::Read)?;
+        if request.scope.is_empty() {
+            caller.require(Role::Admin).map_err(|_| {
+                Error::Forbidden("listing without user_id, agent_id or run_id needs the admin role".into())
+            })?;
+        }
+        caller.check_scope(&request.scope)?;
+        check_bound("page_size", request.page_size)?;
+        if request.cursor.is_some() {
+            return Err(Error::validation("cursor", "a numbered page takes no cursor"));
+        }
+        let offset = page
+            .checked_sub(1)
+            .and_then(|before| before.checked_mul(request.page_size))
+            .filter(|offset| i64::try_from(*offset).is_ok())
+            .ok_or_else(|| Error::validation("page", "must be a page number from 1"))?;
+        let mut query = self.scoped_query(caller, request.scope, request.filter, request.show_expired);
+        query.include_superseded = request.include_superseded;
+        let count = self.store.count(&query).await?;
+        let records = if (offset as u64) < count {
+            self.store.list_at(&query, offset, request.page_size).await?
+        } else {
+            Vec::new()
+        };
+        self.audit(caller, AuditAction::List, records.iter().map(|record| record.id));
+        Ok(NumberedPage { items: records.into_iter().map(MemoryItem::from).collect(), count })
     }
 
     /// Returns the changes of one memory, oldest first; works after the memory was deleted.

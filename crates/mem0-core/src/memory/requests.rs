@@ -223,6 +223,15 @@ pub struct ListPage {
     pub next: Option<String>,
 }
 
+/// One numbered page of [`Memory::list_numbered`].
+#[derive(Debug, Clone)]
+pub struct NumberedPage {
+    /// Memories, newest first.
+    pub items: Vec<MemoryItem>,
+    /// How many memories match, on every page.
+    pub count: u64,
+}
+
 /// Input of [`Memory::search`].
 #[derive(Debug, Clone)]
 pub struct SearchRequest {

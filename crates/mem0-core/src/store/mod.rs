@@ -616,6 +616,13 @@ pub trait MemoryRows: Debug + Send + Sync + 'static {
     /// Returns one page of memories matching `query`, newest first (ties by id, descending).
     async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page>;
 
+    /// Returns up to `limit` memories matching `query` in [`MemoryRows::list`]'s order, after
+    /// skipping the first `offset` (numbered pages, as Mem0's API pages; cursors are cheaper).
+    async fn list_at(&self, query: &ScopedQuery, offset: usize, limit: usize) -> Result<Vec<MemoryRecord>>;
+
+    /// How many memories match `query`.
+    async fn count(&self, query: &ScopedQuery) -> Result<u64>;
+
     /// Returns up to `limit` ids of `kind` owning memories in `tenant`, ordered by id, after `after`.
     async fn scopes(
         &self,

@@ -308,6 +308,15 @@ pub async fn add_memories(
     RequestCaller(caller): RequestCaller,
     AppJson(body): AppJson<AddMemoriesRequest>,
 ) -> Result<AppJson<AddMemoriesResponse>, ApiError> {
+    add(&state, &caller, body).await.map(AppJson)
+}
+
+/// What `POST /memories` does, for the routes that speak Mem0's dialect too.
+pub(crate) async fn add(
+    state: &AppState,
+    caller: &mem0_core::Caller,
+    body: AddMemoriesRequest,
+) -> Result<AddMemoriesResponse, ApiError> {
     let scope = body.scope.scope()?;
     let expiration_date = body.expiration_date.as_deref().map(|raw| parse_date("expiration_date", raw)).transpose()?;
     let timestamp = body.timestamp.as_ref().map(parse_timestamp).transpose()?;
@@ -341,8 +350,8 @@ pub async fn add_memories(
         state_key: body.state_key,
         event_time,
     };
-    let outcome = state.memory().add(&caller, request).await?;
-    Ok(AppJson(AddMemoriesResponse { results: outcome.results, warnings: outcome.warnings }))
+    let outcome = state.memory().add(caller, request).await?;
+    Ok(AddMemoriesResponse { results: outcome.results, warnings: outcome.warnings })
 }
 
 /// List memories of a scope, newest first, paginated
@@ -475,6 +484,17 @@ pub async fn update_memory(
     AppJson(body): AppJson<UpdateMemoryRequest>,
 ) -> Result<AppJson<UpdateMemoryResponse>, ApiError> {
     let id = parse_memory_id(&memory_id)?;
+    let updated = update(&state, &caller, id, body).await?;
+    Ok(AppJson(UpdateMemoryResponse { message: "Memory updated successfully!".to_owned(), result: updated }))
+}
+
+/// What `PUT /memories/{memory_id}` does, for the routes that speak Mem0's dialect too.
+pub(crate) async fn update(
+    state: &AppState,
+    caller: &mem0_core::Caller,
+    id: uuid::Uuid,
+    body: UpdateMemoryRequest,
+) -> Result<MemoryItem, ApiError> {
     let expiration_date = match body.expiration_date {
         None => None,
         Some(None) => Some(None),
@@ -500,8 +520,7 @@ pub async fn update_memory(
         status: body.status,
         event_time,
     };
-    let updated = state.memory().update(&caller, id, request).await?;
-    Ok(AppJson(UpdateMemoryResponse { message: "Memory updated successfully!".to_owned(), result: updated }))
+    Ok(state.memory().update(caller, id, request).await?)
 }
 
 /// Delete one memory

@@ -145,6 +145,15 @@ pub async fn search_memories(
     RequestCaller(caller): RequestCaller,
     AppJson(body): AppJson<SearchRequest>,
 ) -> Result<AppJson<SearchResponse>, ApiError> {
+    search(&state, &caller, body).await.map(AppJson)
+}
+
+/// What `POST /search` does, for the routes that speak Mem0's dialect too.
+pub(crate) async fn search(
+    state: &AppState,
+    caller: &mem0_core::Caller,
+    body: SearchRequest,
+) -> Result<SearchResponse, ApiError> {
     let (filter_scope, filter) = match &body.filters {
         Some(value) => parse_filters(value)?,
         None => Default::default(),
@@ -171,6 +180,6 @@ pub async fn search_memories(
         explain: body.explain.unwrap_or(false),
         rerank: body.rerank.unwrap_or(false),
     };
-    let outcome = state.memory().search(&caller, request).await?;
-    Ok(AppJson(SearchResponse { results: outcome.results, warnings: outcome.warnings, temporal: outcome.temporal }))
+    let outcome = state.memory().search(caller, request).await?;
+    Ok(SearchResponse { results: outcome.results, warnings: outcome.warnings, temporal: outcome.temporal })
 }

@@ -332,6 +332,23 @@ impl MemoryRows for SqliteStore {
         Ok(Page::from_fetched(rows.iter().map(row_to_record).collect::<Result<Vec<_>>>()?, page_size))
     }
 
+    async fn list_at(&self, query: &ScopedQuery, offset: usize, limit: usize) -> Result<Vec<MemoryRecord>> {
+        let (sql, binds) = where_clause(Sqlite, query, 1).into_parts();
+        let statement = format!(
+            "select {COLUMNS} from memories where {sql} order by created_at desc, id desc limit {limit} offset {offset}"
+        );
+        let rows = bind_all(sqlx::query(&statement), &binds).fetch_all(&self.pool).await?;
+        rows.iter().map(row_to_record).collect()
+    }
+
+    async fn count(&self, query: &ScopedQuery) -> Result<u64> {
+        let (sql, binds) = where_clause(Sqlite, query, 1).into_parts();
+        let statement = format!("select count(*) as total from memories where {sql}");
+        let row = bind_all(sqlx::query(&statement), &binds).fetch_one(&self.pool).await?;
+        let total: i64 = row.try_get("total")?;
+        Ok(u64::try_from(total).unwrap_or_default())
+    }
+
     async fn scopes(
         &self,
         tenant: &str,
