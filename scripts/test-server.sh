@@ -1,4 +1,4 @@
-# Sourced by the scripts that test a running server (schemathesis.sh, sdk-compat.sh).
+# Sourced by the scripts that test a running server (schemathesis.sh, clients.sh).
 # start_test_server STORE [VAR=VALUE…] runs the debug server on STORE (sqlite, or pgvector with
 # the history in Postgres too, as replicas run; needs DATABASE_URL) as in production
 # (authentication on, a fresh bootstrap admin key; rate limits high enough not to interfere) in a

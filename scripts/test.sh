@@ -3,7 +3,7 @@
 # Postgres 18 + pgvector (started here from PyPI unless DATABASE_URL is set), the HTTP tests with
 # the real local embedder (fetched on first use), and schemathesis against a running server on
 # both stores (scripts/schemathesis.sh), and Mem0's own Python and npm SDKs against it on both
-# stores (scripts/sdk-compat.sh). The HTTP tests run twice: on the embedded default, then
+# stores (scripts/clients.sh). The HTTP tests run twice: on the embedded default, then
 # with MEM0_TEST_STACK=postgres on the pgvector store with the history in Postgres. Extra
 # arguments go to `cargo test` and skip schemathesis and the SDKs.
 set -euo pipefail
@@ -20,5 +20,5 @@ cargo test --workspace --locked "$@"
 MEM0_TEST_STACK=postgres cargo test --locked -p mem0-http-tests "$@"
 if [[ $# -eq 0 ]]; then
   scripts/schemathesis.sh
-  scripts/sdk-compat.sh
+  scripts/clients.sh
 fi

@@ -176,6 +176,16 @@ impl ApiError {
         self
     }
 
+    /// The error's code, as it appears in the body (`memory_not_found`).
+    pub fn code_name(&self) -> String {
+        serde_json::to_value(self.code).ok().and_then(|value| value.as_str().map(str::to_owned)).unwrap_or_default()
+    }
+
+    /// The error's message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// Returns the status this error answers with.
     pub fn status(&self) -> StatusCode {
         self.status

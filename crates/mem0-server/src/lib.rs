@@ -14,6 +14,7 @@ pub mod docs;
 pub mod error;
 pub mod guard;
 pub mod idempotency;
+pub mod mcp;
 pub mod openapi;
 pub mod rate_limit;
 pub mod request_context;
@@ -79,6 +80,8 @@ pub fn app(state: AppState) -> Router {
             .merge(layered(group, class))
             .merge(layered(compat::routes(class), class).layer(middleware::from_fn(compat::error_detail)));
     }
+    // MCP calls both read and change memories: the write budget and layers.
+    router = router.merge(layered(mcp::router(state.clone()), RouteClass::Write));
     let (open, _) = routes::open_router().split_for_parts();
     let doc_json = Arc::new(openapi::document_json());
     let open = open

@@ -1,4 +1,5 @@
-//! mem0-server command line: `serve` (default), `openapi`, `check-config`, `migrate`, `reindex`.
+//! mem0-server command line: `serve` (default), `mcp --stdio`, `openapi`, `check-config`,
+//! `migrate`, `reindex`.
 
 use std::path::PathBuf;
 
@@ -28,6 +29,16 @@ enum Command {
     Migrate,
     /// Build the keyword index and entity links of memories written before they existed, and exit.
     Reindex,
+    /// Serve the memory tools over the Model Context Protocol on stdin/stdout, for clients that
+    /// launch a process (the HTTP server offers them at /mcp). Acts as the key in MEM0_API_KEY.
+    Mcp {
+        /// Speak MCP on stdin and stdout (the only transport of this command).
+        #[arg(long)]
+        stdio: bool,
+        /// The API key every call acts with (not needed with authentication disabled).
+        #[arg(long, env = "MEM0_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -72,12 +83,57 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve => serve(cli.config).await,
+        Command::Mcp { stdio, api_key } => {
+            if !stdio {
+                anyhow::bail!("mcp needs --stdio (over HTTP the tools are at /mcp of `serve`)");
+            }
+            let settings = Settings::load(cli.config.as_deref())?;
+            // stdout carries the protocol: the log goes to stderr.
+            init_tracing_to(settings.log.format, std::io::stderr);
+            let _lock = lock_embedded_store(&settings)?;
+            let state = mem0_server::build_state(settings).await?;
+            mem0_server::mcp::serve_stdio(state, api_key.as_deref()).await
+        }
+    }
+}
+
+/// The embedded store keeps caches in its process: a second process writing the same file would
+/// leave them stale. `serve` and `mcp --stdio` therefore take a lock beside the file and refuse to
+/// start while another process holds it (the operating system releases it when a process dies).
+fn lock_embedded_store(settings: &Settings) -> anyhow::Result<Option<std::fs::File>> {
+    use mem0_core::config::VectorStoreProvider;
+    if settings.memory.vector_store.provider != VectorStoreProvider::Sqlite {
+        return Ok(None);
+    }
+    let path = &settings.memory.vector_store.sqlite.path;
+    if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|error| anyhow::anyhow!("cannot create {}: {error}", parent.display()))?;
+    }
+    let lock_path = path.with_extension("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|error| anyhow::anyhow!("cannot open {}: {error}", lock_path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another mem0-server process (serve or mcp --stdio) is using {}: stop it, or point this client at its \
+             /mcp endpoint instead",
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(error)) => {
+            anyhow::bail!("cannot lock {}: {error}", lock_path.display())
+        }
     }
 }
 
 async fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
     let settings = Settings::load(config.as_deref())?;
     init_tracing(settings.log.format);
+    let _lock = lock_embedded_store(&settings)?;
     let bind = settings.server.bind;
     tracing::info!(
         embedder = ?settings.memory.embedder.provider,
@@ -107,11 +163,18 @@ async fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
 }
 
 fn init_tracing(format: LogFormat) {
+    init_tracing_to(format, std::io::stdout);
+}
+
+fn init_tracing_to<W>(format: LogFormat, writer: fn() -> W)
+where
+    W: std::io::Write + std::io::IsTerminal + 'static,
+{
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("mem0_server=info,mem0_core=info,warn"));
     // Colours only on a terminal: a log file or a container log keeps plain text to grep.
-    let colours = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(colours);
+    let colours = std::io::IsTerminal::is_terminal(&writer());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(colours).with_writer(writer);
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Pretty => builder.init(),

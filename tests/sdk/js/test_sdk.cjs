@@ -1,6 +1,6 @@
 // Mem0's official npm SDK (mem0ai, pinned in package-lock.json), unchanged, against this server:
 // every call the SDK has, with real API keys, checking what comes back. Run by
-// scripts/sdk-compat.sh (which sets MEM0_TEST_URL, MEM0_TEST_ADMIN_KEY and NODE_PATH).
+// scripts/clients.sh (which sets MEM0_TEST_URL, MEM0_TEST_ADMIN_KEY and NODE_PATH).
 "use strict";
 
 const assert = require("node:assert/strict");

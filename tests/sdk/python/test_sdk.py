@@ -1,6 +1,6 @@
 """Mem0's official Python SDK (mem0ai, pinned in requirements.txt), unchanged, against this server:
 every call the SDK has, with real API keys, checking what comes back. Run by
-scripts/sdk-compat.sh, which starts the server (MEM0_TEST_URL, MEM0_TEST_ADMIN_KEY) with a fake
+scripts/clients.sh, which starts the server (MEM0_TEST_URL, MEM0_TEST_ADMIN_KEY) with a fake
 OpenAI-compatible LLM behind it (tests/sdk/fake_openai.py)."""
 
 import asyncio

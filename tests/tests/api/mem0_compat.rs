@@ -1,4 +1,4 @@
-//! Mem0's API dialect (`compat`) beyond what its SDKs exercise (scripts/sdk-compat.sh runs the
+//! Mem0's API dialect (`compat`) beyond what its SDKs exercise (scripts/clients.sh runs the
 //! SDKs themselves): paths without the trailing slash, the older SDKs' response shapes, numbered
 //! pages over thousands of memories, the error body the Python SDK reads, 501s, and that the
 //! dialect shares our routes' idempotency.

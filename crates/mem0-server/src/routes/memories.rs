@@ -66,7 +66,7 @@ pub struct MessageInput {
 }
 
 /// Body of `POST /memories`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[schema(example = json!({
     "messages": [{"role": "user", "content": "I am allergic to peanuts"}],
     "user_id": "alice",

@@ -21,7 +21,7 @@ pub(super) fn read_routes() -> OpenApiRouter<AppState> {
 }
 
 /// Body of `POST /search`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[schema(example = json!({"query": "what food should the user avoid?", "filters": {"user_id": "alice"}, "top_k": 5}))]
 pub struct SearchRequest {
     /// What to look for.
