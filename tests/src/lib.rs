@@ -242,13 +242,35 @@ impl TestServer {
         Self::start_in(StoreKind::Postgres, url, settings, embedder).await
     }
 
+    /// Stops this server (as SIGTERM does) and starts it again on the same stores with
+    /// `settings`, as a restart would.
+    pub async fn restarted(mut self, settings: Settings, embedder: Arc<dyn Embedder>) -> Self {
+        let served = self.begin_shutdown();
+        tokio::time::timeout(std::time::Duration::from_secs(30), served).await.expect("stopped").expect("task");
+        let dir = std::mem::replace(&mut self._dir, tempfile::tempdir().expect("temp dir"));
+        let database = self.database.take();
+        let url = database.as_ref().map(|database| database.url.clone());
+        let mut next = Self::start_in_dir(self.kind, url, settings, embedder, dir).await;
+        next.database = database;
+        next
+    }
+
     async fn start_in(
+        kind: StoreKind,
+        database_url: Option<String>,
+        settings: Settings,
+        embedder: Arc<dyn Embedder>,
+    ) -> Self {
+        Self::start_in_dir(kind, database_url, settings, embedder, tempfile::tempdir().expect("temp dir")).await
+    }
+
+    async fn start_in_dir(
         kind: StoreKind,
         database_url: Option<String>,
         mut settings: Settings,
         embedder: Arc<dyn Embedder>,
+        dir: tempfile::TempDir,
     ) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
         let data_dir = dir.path().to_path_buf();
         settings.configure.state_path = data_dir.join("runtime-config.json");
         point_settings(&mut settings, kind, database_url.as_deref());

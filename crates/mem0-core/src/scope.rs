@@ -124,7 +124,8 @@ pub struct ScopeGrant {
 
 /// The caller of a core operation: its tenant, role and the scopes it may touch.
 /// Built by the transport (API key, JWT, or the local-development default) and checked by the core.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Serialisable so a queued job runs as the caller that queued it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Caller {
     /// Tenant every row read or written belongs to; never taken from request bodies.
     pub tenant: String,

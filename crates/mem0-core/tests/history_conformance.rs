@@ -415,3 +415,94 @@ async fn idempotency_keys_are_claimed_once_replayed_and_expire() {
         assert_eq!(one.prune(tomorrow + chrono::Duration::hours(25)).await.expect("prune"), 1, "{name}");
     }
 }
+
+fn job(tenant: &str, scope_key: &str) -> mem0_core::history::Job {
+    mem0_core::history::Job {
+        id: Uuid::now_v7(),
+        tenant: tenant.to_owned(),
+        scope_key: scope_key.to_owned(),
+        caller: "{}".to_owned(),
+        request: "{}".to_owned(),
+        status: mem0_core::history::JobStatus::Queued,
+        attempts: 0,
+        created_at: Utc::now(),
+        started_at: None,
+        finished_at: None,
+        result: None,
+        error: None,
+    }
+}
+
+#[tokio::test]
+async fn jobs_run_in_order_per_scope_survive_their_server_and_are_bounded() {
+    use mem0_core::history::JobStatus;
+    for provider in providers().await {
+        let name = provider.name;
+        let (first, second) = (provider.first.jobs(), provider.second.jobs());
+        let start = Utc::now();
+        let at = |seconds: i64| start + chrono::Duration::seconds(seconds);
+        let lease = chrono::Duration::seconds(60);
+        // Two scopes, two jobs each, queued alternately (each a microsecond apart at least).
+        let jobs = [job("t", "t/a"), job("t", "t/b"), job("t", "t/a"), job("t", "t/b")];
+        for (index, queued) in jobs.iter().enumerate() {
+            assert!(first
+                .enqueue(queued, 10, at(0) + chrono::Duration::milliseconds(index as i64))
+                .await
+                .expect("enqueue"));
+        }
+        // Each handle (replica) takes the oldest job of a scope that has nothing running.
+        let a1 = first.claim(at(1), at(1) + lease).await.expect("claim").expect("a job");
+        let b1 = second.claim(at(1), at(1) + lease).await.expect("claim").expect("a job");
+        assert_eq!((a1.id, b1.id), (jobs[0].id, jobs[1].id), "{name}: oldest first, one per scope");
+        assert_eq!(a1.status, JobStatus::Running);
+        assert!(first.claim(at(1), at(1) + lease).await.expect("claim").is_none(), "{name}: both scopes busy");
+        // A failure worth retrying puts a1 back; its scope's next job still waits for it.
+        first.retry_later(a1.id, "{\"code\":\"provider_unavailable\"}", at(10)).await.expect("retry");
+        assert!(second.claim(at(5), at(5) + lease).await.expect("claim").is_none(), "{name}: a2 waits for a1");
+        let again = second.claim(at(10), at(10) + lease).await.expect("claim").expect("a1 again");
+        assert_eq!((again.id, again.attempts), (a1.id, 2), "{name}");
+        first.succeed(again.id, "{\"results\":[]}", at(11)).await.expect("succeed");
+        let a2 = first.claim(at(11), at(11) + lease).await.expect("claim").expect("a2");
+        assert_eq!(a2.id, jobs[2].id, "{name}");
+        // b1's server dies: once its lease has run out another handle takes it over.
+        assert!(second.claim(at(30), at(30) + lease).await.expect("claim").is_none(), "{name}: b1's lease holds");
+        let taken = second.claim(at(62), at(62) + lease).await.expect("claim").expect("b1 taken over");
+        assert_eq!((taken.id, taken.attempts), (b1.id, 2), "{name}");
+        first.fail(taken.id, "{\"code\":\"validation_failed\"}", at(63)).await.expect("fail");
+        let failed = second.get("t", b1.id).await.expect("get").expect("b1");
+        assert_eq!(
+            (failed.status, failed.error.as_deref()),
+            (JobStatus::Failed, Some("{\"code\":\"validation_failed\"}"))
+        );
+        assert!(second.get("other", b1.id).await.expect("get").is_none(), "{name}: jobs are per tenant");
+        let done = first.get("t", a1.id).await.expect("get").expect("a1");
+        assert_eq!(done.status, JobStatus::Succeeded, "{name}");
+        assert_eq!(
+            done.error.as_deref(),
+            Some("{\"code\":\"provider_unavailable\"}"),
+            "{name}: the last failure is kept"
+        );
+        assert_eq!(done.result.as_deref(), Some("{\"results\":[]}"));
+
+        // The bound counts a tenant's open jobs: a2 and b2 are open.
+        assert_eq!(first.open().await.expect("open"), 2, "{name}");
+        assert!(!first.enqueue(&job("t", "t/c"), 2, at(70)).await.expect("enqueue"), "{name}: full");
+        assert!(first.enqueue(&job("u", "u/c"), 2, at(70)).await.expect("enqueue"), "{name}: other tenants are not");
+        // Finished jobs are pruned after their retention.
+        assert_eq!(first.prune(at(64)).await.expect("prune"), 2, "{name}: a1 and b1");
+        assert!(first.get("t", a1.id).await.expect("get").is_none());
+
+        // Claims racing over two handles: every job is claimed once.
+        for index in 0..8 {
+            assert!(first.enqueue(&job("r", &format!("r/{index}")), 100, at(80)).await.expect("enqueue"));
+        }
+        let racing = (0..16).map(|index| {
+            let jobs = if index % 2 == 0 { first.clone() } else { second.clone() };
+            async move { jobs.claim(at(81), at(81) + lease).await.expect("claim") }
+        });
+        let claimed: Vec<_> = futures::future::join_all(racing).await.into_iter().flatten().collect();
+        let distinct: std::collections::HashSet<Uuid> = claimed.iter().map(|job| job.id).collect();
+        // a2, b2, u/c and the eight r/ jobs are claimable; none twice.
+        assert_eq!((claimed.len(), distinct.len()), (11, 11), "{name}");
+    }
+}

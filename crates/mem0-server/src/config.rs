@@ -38,6 +38,9 @@ pub struct Settings {
     pub audit: RetainedLogSettings,
     /// Runtime configuration changes (`POST /configure`).
     pub configure: ConfigureSettings,
+    /// Queued adds (`async_mode`).
+    #[serde(default)]
+    pub jobs: crate::jobs::JobSettings,
 }
 
 /// Listener and request limits.

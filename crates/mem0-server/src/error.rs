@@ -89,6 +89,8 @@ pub enum ErrorCode {
     InternalError,
     /// A feature of Mem0's API this server does not have (501); `details.feature` names it.
     NotImplemented,
+    /// No such job (or not the caller's).
+    JobNotFound,
 }
 
 impl ErrorCode {
@@ -105,7 +107,9 @@ impl ErrorCode {
             | Self::LlmNotConfigured => StatusCode::BAD_REQUEST,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::Forbidden | Self::HostNotAllowed | Self::CrossSiteRequest => StatusCode::FORBIDDEN,
-            Self::MemoryNotFound | Self::RouteNotFound | Self::ApiKeyNotFound => StatusCode::NOT_FOUND,
+            Self::MemoryNotFound | Self::RouteNotFound | Self::ApiKeyNotFound | Self::JobNotFound => {
+                StatusCode::NOT_FOUND
+            }
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Conflict | Self::IdempotencyKeyInProgress => StatusCode::CONFLICT,
@@ -174,6 +178,11 @@ impl ApiError {
     pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
         self.retry_after = Some(retry_after);
         self
+    }
+
+    /// The error's code.
+    pub fn code(&self) -> ErrorCode {
+        self.code
     }
 
     /// The error's code, as it appears in the body (`memory_not_found`).

@@ -14,6 +14,7 @@ pub mod docs;
 pub mod error;
 pub mod guard;
 pub mod idempotency;
+pub mod jobs;
 pub mod mcp;
 pub mod openapi;
 pub mod rate_limit;
@@ -218,6 +219,7 @@ async fn assemble_state_at(memory: Memory, settings: Settings, config_version: i
         }
     });
     memory_handle.config_version.store(config_version, std::sync::atomic::Ordering::SeqCst);
+    let memory_handle_jobs = memory_handle.get().history_store().jobs();
     let state = AppState {
         memory_handle,
         settings: Arc::new(settings),
@@ -230,7 +232,9 @@ async fn assemble_state_at(memory: Memory, settings: Settings, config_version: i
         reads,
         api_keys,
         draining: Arc::default(),
+        jobs: jobs::JobQueue::new(memory_handle_jobs),
     };
+    jobs::spawn_workers(&state);
     if state.memory().history_store().in_store() {
         configure::follow_shared_changes(state.clone());
     }

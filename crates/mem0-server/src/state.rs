@@ -73,6 +73,8 @@ pub struct AppState {
     pub api_keys: ApiKeys,
     /// Set when a shutdown began: `/ready` answers 503 `draining` from then on.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// Queued adds.
+    pub jobs: crate::jobs::JobQueue,
 }
 
 impl AppState {

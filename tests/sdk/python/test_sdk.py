@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+import time
 import traceback
 import urllib.request
 import uuid
@@ -189,6 +190,26 @@ def test_reset_deletes_every_entity():
     client.add("three", run_id=f"r1-{RUN}", infer=False)
     client.reset()
     assert client.users()["results"] == [], client.users()
+
+
+def test_async_mode_queues_the_add_as_an_event():
+    client = MemoryClient(api_key=ADMIN_KEY, host=URL)
+    eve = f"eve-{RUN}"
+    queued = client.add("I love pizza", user_id=eve, async_mode=True)
+    assert queued["status"] == "PENDING" and queued["event_id"], queued
+    request = urllib.request.Request(
+        f"{URL}/v1/event/{queued['event_id']}/", headers={"Authorization": f"Token {ADMIN_KEY}"}
+    )
+    for _ in range(600):
+        with urllib.request.urlopen(request) as response:
+            event = json.load(response)
+        if event["status"] in ("SUCCEEDED", "FAILED"):
+            break
+        time.sleep(0.05)
+    assert event["status"] == "SUCCEEDED", event
+    assert [item["data"]["memory"] for item in event["results"]] == ["User loves pizza"], event
+    assert client.search("food", filters={"user_id": eve})["results"][0]["memory"] == "User loves pizza"
+    client.delete_all(user_id=eve)
 
 
 def test_async_client():

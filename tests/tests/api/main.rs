@@ -11,6 +11,7 @@ mod failures;
 mod filters;
 mod hybrid;
 mod idempotency;
+mod jobs;
 mod mem0_compat;
 mod memories;
 mod openapi;

@@ -7,12 +7,14 @@ mod audit;
 mod buffer;
 pub(crate) mod db;
 mod idempotency;
+mod jobs;
 mod request_log;
 mod settings;
 
 pub use self::audit::{AuditAction, AuditEntry, AuditEvent, AuditLog, AuditQuery, AuditSink};
 pub use self::buffer::session_under;
 pub use self::idempotency::{Claim, Idempotency, StoredResponse, IDEMPOTENCY_TTL_HOURS};
+pub use self::jobs::{Job, JobStatus, Jobs};
 pub use self::request_log::{RequestLog, RequestLogEntry};
 pub use self::settings::{read_postgres_setting, StoredSetting};
 

@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::limits::{
     sanitize_metadata, stored_now, truncate_to_bytes, MAX_MESSAGES, MAX_NAME_BYTES, MAX_PAGE_SIZE, MAX_TEXT_BYTES,
 };
+use super::requests::{derived_memory_id, MAX_MEMORIES_PER_ADD};
 use super::writes::WriteWith;
 use super::{AddOutcome, AddRequest, AddedMemory, Memory};
 use crate::entities;
@@ -31,6 +32,25 @@ impl Memory {
     /// Validation, scope, store and provider errors; on any error nothing is stored.
     #[instrument(skip_all, fields(tenant = %caller.tenant, infer = request.infer, messages = request.messages.len()))]
     pub async fn add(&self, caller: &Caller, request: AddRequest) -> Result<AddOutcome> {
+        let metadata = self.check_add(caller, &request)?;
+        let outcome = if request.memory_type.is_some() {
+            self.add_procedural(caller, request, metadata).await?
+        } else if request.infer {
+            self.add_inferred(caller, request, metadata).await?
+        } else {
+            self.add_verbatim(caller, request, metadata).await?
+        };
+        self.audit(caller, AuditAction::Add, outcome.results.iter().map(|added| added.id));
+        Ok(outcome)
+    }
+
+    /// Checks an add before it runs (or is queued): the caller's role and scope, and every field;
+    /// an add that needs an LLM when none is configured is refused here too. Returns the caller
+    /// metadata as it will be stored.
+    ///
+    /// # Errors
+    /// Validation, scope and role errors; [`Error::LlmNotConfigured`].
+    pub fn check_add(&self, caller: &Caller, request: &AddRequest) -> Result<Metadata> {
         caller.require(Role::Write)?;
         if request.scope.is_empty() {
             return Err(Error::validation("user_id", "at least one of user_id, agent_id or run_id is required"));
@@ -81,19 +101,13 @@ impl Memory {
         if let Some(key) = &request.state_key {
             crate::state::check_key(key).map_err(|message| Error::validation("state_key", message))?;
         }
-        let metadata = sanitize_metadata(request.metadata.clone())?;
-        let outcome = if request.memory_type.is_some() {
-            if request.scope.agent_id.is_none() {
-                return Err(Error::validation("agent_id", "procedural memory needs an agent_id"));
-            }
-            self.add_procedural(caller, request, metadata).await?
-        } else if request.infer {
-            self.add_inferred(caller, request, metadata).await?
-        } else {
-            self.add_verbatim(caller, request, metadata).await?
-        };
-        self.audit(caller, AuditAction::Add, outcome.results.iter().map(|added| added.id));
-        Ok(outcome)
+        if request.memory_type.is_some() && request.scope.agent_id.is_none() {
+            return Err(Error::validation("agent_id", "procedural memory needs an agent_id"));
+        }
+        if (request.infer || request.memory_type.is_some()) && self.llm.is_none() {
+            return Err(Error::LlmNotConfigured);
+        }
+        sanitize_metadata(request.metadata.clone())
     }
 
     /// `infer=false`: every non-system message becomes a memory as it is.
@@ -143,6 +157,7 @@ impl Memory {
                 ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), text, embedding, created_at)
             })
             .collect();
+        let records = seeded(records, request.ids_from);
         let links = entity_links(&records, &name_vectors, "proper");
         self.write_new(caller, &records, &links, WriteWith::default(), now).await?;
         Ok(AddOutcome { results: added(records), warnings, usage: None })
@@ -268,6 +283,7 @@ impl Memory {
                 ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), fact.text, embedding, observed_at)
             })
             .collect();
+        let records = seeded(records, request.ids_from);
         let links = entity_links(&records, &name_vectors, "llm");
         // The same facts added at once (a retry, two replicas) store one memory: the hashes are
         // checked again inside the write transaction.
@@ -400,9 +416,21 @@ impl Memory {
             state: request.state(None, None),
             ..MemoryRecord::new(caller.tenant.clone(), request.scope.clone(), summary, embedding, observed_at)
         };
-        let records = vec![record];
+        let records = seeded(vec![record], request.ids_from);
         self.write_new(caller, &records, &[], WriteWith::default(), now).await?;
         Ok(AddOutcome { results: added(records), warnings, usage: Some(response.usage) })
+    }
+
+    /// The memories an add with [`AddRequest::ids_from`] `seed` stored, in the order it created
+    /// them (none when it stored nothing or never ran).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn added_by(&self, caller: &Caller, seed: Uuid) -> Result<Vec<AddedMemory>> {
+        let ids: Vec<Uuid> = (0..MAX_MEMORIES_PER_ADD).map(|index| derived_memory_id(seed, index)).collect();
+        let mut found = self.store.get_many(&caller.tenant, &ids).await?;
+        found.sort_by_key(|record| ids.iter().position(|id| *id == record.id));
+        Ok(added(found))
     }
 
     /// Hashes among `hashes` that memories of exactly `scope` already have.
@@ -570,6 +598,17 @@ fn note_redactions(warnings: &mut Vec<String>, redacted: &[String]) {
     if !redacted.is_empty() {
         warnings.push(format!("the write policy redacted: {}", redacted.join(", ")));
     }
+}
+
+/// `records` with the ids an add with `ids_from` gives its memories (see
+/// [`AddRequest::ids_from`]).
+fn seeded(mut records: Vec<MemoryRecord>, ids_from: Option<Uuid>) -> Vec<MemoryRecord> {
+    if let Some(seed) = ids_from {
+        for (index, record) in records.iter_mut().enumerate() {
+            record.id = derived_memory_id(seed, index);
+        }
+    }
+    records
 }
 
 #[cfg(test)]

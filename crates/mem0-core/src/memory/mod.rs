@@ -29,8 +29,8 @@ pub use self::limits::{
     MAX_PAGE_SIZE, MAX_QUERY_BYTES, MAX_TEXT_BYTES,
 };
 pub use self::requests::{
-    AddOutcome, AddRequest, AddedMemory, ExtractionSettings, ListPage, ListRequest, NumberedPage, SearchMode,
-    SearchOutcome, SearchRequest, SourceInput, UpdateRequest,
+    derived_memory_id, AddOutcome, AddRequest, AddedMemory, ExtractionSettings, ListPage, ListRequest, NumberedPage,
+    SearchMode, SearchOutcome, SearchRequest, SourceInput, UpdateRequest, MAX_MEMORIES_PER_ADD,
 };
 pub use self::writes::FailPoint;
 use crate::decay::{DecayConfig, MemoryRead, ReadSink};

@@ -100,6 +100,18 @@ pub struct AddRequest {
     pub state_key: Option<String>,
     /// When what they say took effect (else `timestamp`, the observation time, orders them).
     pub event_time: Option<DateTime<Utc>>,
+    /// Derive the new memories' ids from this (a queued job's id): memory `i` of the call gets
+    /// [`derived_memory_id`]`(seed, i)`, so a run repeated after a crash can tell whether the
+    /// first one was stored, and cannot store it twice.
+    pub ids_from: Option<Uuid>,
+}
+
+/// Most memories one add can create (the largest number of messages or facts of a call).
+pub const MAX_MEMORIES_PER_ADD: usize = 256;
+
+/// The id of the `index`-th memory an add with [`AddRequest::ids_from`] `seed` creates.
+pub fn derived_memory_id(seed: Uuid, index: usize) -> Uuid {
+    Uuid::new_v5(&seed, &(index as u64).to_be_bytes())
 }
 
 impl AddRequest {

@@ -62,7 +62,7 @@ pub fn routes(class: RouteClass) -> Router<AppState> {
             ("/v1/summary", post(summary)),
             ("/v1/feedback", post(feedback)),
             ("/v1/event/{event_id}", get(event)),
-            ("/v1/events", get(event)),
+            ("/v1/events", get(events)),
             ("/v2/entities/user/{entity_id}/profile", get(profiles)),
             ("/v2/profiles/jobs", post(profiles)),
             ("/v2/profiles/jobs/{job_id}", get(profiles)),
@@ -231,6 +231,7 @@ fn add_request(body: &Map<String, Value>) -> Result<AddMemoriesRequest, ApiError
         confidence: None,
         state_key: None,
         event_time: None,
+        async_mode: field("async_mode", body.get("async_mode"))?,
     })
 }
 
@@ -257,6 +258,15 @@ async fn add_v3(
     AppJson(body): AppJson<Value>,
 ) -> Result<AppJson<Value>, ApiError> {
     let request = add_request(&object(body)?)?;
+    if request.async_mode.unwrap_or(false) {
+        // Queued as Mem0 queues adds: follow it at /v1/event/{event_id}/.
+        let accepted = crate::jobs::enqueue(&state, &caller, request).await?;
+        return Ok(AppJson(json!({
+            "message": "Memory processing has been queued for background execution",
+            "status": "PENDING",
+            "event_id": accepted.job_id,
+        })));
+    }
     let outcome = crate::routes::memories::add(&state, &caller, request).await?;
     let mut response = json!({
         "message": "Memories processed",
@@ -647,8 +657,38 @@ async fn feedback() -> Response {
     unsupported("feedback").into_response()
 }
 
-async fn event() -> Response {
-    unsupported("events (adds here finish before they answer: their results are in the response)").into_response()
+/// `GET /v1/event/{event_id}/`: a queued add (`async_mode: true`) in Mem0's event shape.
+async fn event(
+    State(state): State<AppState>,
+    RequestCaller(caller): RequestCaller,
+    AppPath(event_id): AppPath<String>,
+) -> Result<AppJson<Value>, ApiError> {
+    let id = uuid::Uuid::parse_str(&event_id).map_err(|_| ApiError::validation("event_id", "expected a UUID"))?;
+    let job = crate::jobs::view(&state, &caller, id).await?;
+    let status = match job.status {
+        mem0_core::history::JobStatus::Queued => "PENDING",
+        mem0_core::history::JobStatus::Running => "RUNNING",
+        mem0_core::history::JobStatus::Succeeded => "SUCCEEDED",
+        mem0_core::history::JobStatus::Failed => "FAILED",
+    };
+    let results = job.result.map(|response| added(response.results)).unwrap_or_default();
+    let latency = job.finished_at.map(|end| (end - job.created_at).num_milliseconds());
+    Ok(AppJson(json!({
+        "id": job.id,
+        "event_type": "ADD",
+        "status": status,
+        "results": results,
+        "created_at": job.created_at,
+        "updated_at": job.finished_at.or(job.started_at).unwrap_or(job.created_at),
+        "started_at": job.started_at,
+        "completed_at": job.finished_at,
+        "latency": latency,
+        "error": job.error.map(|error| error.message),
+    })))
+}
+
+async fn events() -> Response {
+    unsupported("listing events").into_response()
 }
 
 async fn profiles() -> Response {

@@ -31,7 +31,7 @@ pub(super) fn admin_routes() -> OpenApiRouter<AppState> {
 }
 
 /// Text of a message: a string, or a list of content parts of which the text parts are used.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum MessageContent {
     /// Plain text.
@@ -41,7 +41,7 @@ pub enum MessageContent {
 }
 
 /// One content part.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ContentPart {
     /// Part type; only `text` parts are used.
     #[serde(rename = "type")]
@@ -52,7 +52,7 @@ pub struct ContentPart {
 }
 
 /// One conversation message.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct MessageInput {
     /// `user`, `assistant` or `system`.
     #[schema(value_type = MessageRole, example = "user")]
@@ -66,7 +66,7 @@ pub struct MessageInput {
 }
 
 /// Body of `POST /memories`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({
     "messages": [{"role": "user", "content": "I am allergic to peanuts"}],
     "user_id": "alice",
@@ -131,16 +131,20 @@ pub struct AddMemoriesRequest {
     #[serde(default)]
     #[schema(value_type = Option<TimestampInput>, example = "2026-03-01T00:00:00Z")]
     pub event_time: Option<serde_json::Value>,
+    /// Queue the add and answer 202 with a job at once (also `Prefer: respond-async`); follow it
+    /// at `GET /jobs/{job_id}`. Adds of one scope run one at a time, in order of arrival.
+    #[serde(default, skip_serializing)]
+    pub async_mode: Option<bool>,
 }
 
 /// Response of `POST /memories`.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct AddMemoriesResponse {
     /// The memories created.
     pub results: Vec<AddedMemory>,
     /// Things to know although the call succeeded, e.g. that the model's reply could not be read
     /// and nothing was stored (absent when there are none).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
 }
 
@@ -295,6 +299,7 @@ fn message_text(content: MessageContent) -> String {
         (status = 403, description = "Outside the caller's scopes, or its role does not allow it", body = ErrorBody),
         (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
         (status = 200, description = "Memories created", body = AddMemoriesResponse),
+        (status = 202, description = "Queued (`async_mode` or `Prefer: respond-async`); follow it at `GET /jobs/{job_id}`", body = crate::jobs::JobAccepted),
         (status = 400, description = "Invalid input or no LLM configured for infer=true", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 502, description = "Embedding or LLM provider failed (provider_* codes)", body = ErrorBody),
@@ -306,9 +311,24 @@ fn message_text(content: MessageContent) -> String {
 pub async fn add_memories(
     State(state): State<AppState>,
     RequestCaller(caller): RequestCaller,
+    headers: axum::http::HeaderMap,
     AppJson(body): AppJson<AddMemoriesRequest>,
-) -> Result<AppJson<AddMemoriesResponse>, ApiError> {
-    add(&state, &caller, body).await.map(AppJson)
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse as _;
+    if body.async_mode.unwrap_or(false) || prefers_async(&headers) {
+        let accepted = crate::jobs::enqueue(&state, &caller, body).await?;
+        return Ok((axum::http::StatusCode::ACCEPTED, AppJson(accepted)).into_response());
+    }
+    Ok(AppJson(add(&state, &caller, body).await?).into_response())
+}
+
+/// `Prefer: respond-async` (RFC 7240), among other preferences.
+fn prefers_async(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all("prefer")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.split(',').any(|preference| preference.trim().eq_ignore_ascii_case("respond-async")))
 }
 
 /// What `POST /memories` does, for the routes that speak Mem0's dialect too.
@@ -317,6 +337,13 @@ pub(crate) async fn add(
     caller: &mem0_core::Caller,
     body: AddMemoriesRequest,
 ) -> Result<AddMemoriesResponse, ApiError> {
+    let request = core_add_request(body)?;
+    let outcome = state.memory().add(caller, request).await?;
+    Ok(AddMemoriesResponse { results: outcome.results, warnings: outcome.warnings })
+}
+
+/// The core's request for an add body (its dates and times read, its messages' texts joined).
+pub(crate) fn core_add_request(body: AddMemoriesRequest) -> Result<AddRequest, ApiError> {
     let scope = body.scope.scope()?;
     let expiration_date = body.expiration_date.as_deref().map(|raw| parse_date("expiration_date", raw)).transpose()?;
     let timestamp = body.timestamp.as_ref().map(parse_timestamp).transpose()?;
@@ -349,9 +376,9 @@ pub(crate) async fn add(
         },
         state_key: body.state_key,
         event_time,
+        ids_from: None,
     };
-    let outcome = state.memory().add(caller, request).await?;
-    Ok(AddMemoriesResponse { results: outcome.results, warnings: outcome.warnings })
+    Ok(request)
 }
 
 /// List memories of a scope, newest first, paginated

@@ -44,7 +44,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// registered, so a new route cannot be left out of (or put into the wrong) class silently.
 pub fn api_groups() -> Vec<(RouteClass, OpenApiRouter<AppState>)> {
     vec![
-        (RouteClass::Read, memories::read_routes().merge(search::read_routes())),
+        (RouteClass::Read, memories::read_routes().merge(search::read_routes()).merge(crate::jobs::read_routes())),
         (RouteClass::Write, memories::write_routes()),
         (
             RouteClass::Admin,
@@ -69,7 +69,7 @@ pub fn open_router() -> OpenApiRouter<AppState> {
 /// The scope ids a request names, in its query or (flattened) at the top level of its body. Adds,
 /// searches and scope-wide deletes need at least one; a listing without any covers the caller's
 /// whole tenant (admin only).
-#[derive(Debug, Clone, Default, Deserialize, ToSchema, IntoParams)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ScopeIds {
     /// Owning user.

@@ -1,0 +1,25 @@
+-- Queued adds (`async_mode`): the request as received, the caller it runs as, and its outcome.
+-- Claimed oldest first (`for update skip locked`, so replicas share the queue), one at a time per
+-- scope (`scope_key`), so two adds of one conversation never run at once; a claim holds a lease,
+-- and a job whose lease ran out (its server died) is claimed again. Times are microseconds.
+create table if not exists jobs (
+    id text primary key,
+    seq bigint not null,
+    tenant text not null,
+    scope_key text not null,
+    caller text not null,
+    request text not null,
+    status text not null,
+    attempts bigint not null default 0,
+    not_before bigint not null,
+    lease_until bigint,
+    created_at bigint not null,
+    started_at bigint,
+    finished_at bigint,
+    result text,
+    error text
+);
+create index if not exists jobs_open on jobs (status, seq);
+create index if not exists jobs_scope on jobs (scope_key, seq);
+create index if not exists jobs_tenant on jobs (tenant, status);
+create index if not exists jobs_finished on jobs (finished_at);
