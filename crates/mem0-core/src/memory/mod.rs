@@ -273,14 +273,7 @@ impl Memory {
     /// Validation (page size, cursor), scope errors.
     #[instrument(skip_all, fields(tenant = %caller.tenant, page_size = request.page_size))]
     pub async fn list(&self, caller: &Caller, request: ListRequest) -> Result<ListPage> {
-        caller.require(Role::Read)?;
-        if request.scope.is_empty() {
-            caller.require(Role::Admin).map_err(|_| {
-                Error::Forbidden("listing without user_id, agent_id or run_id needs the admin role".into())
-            })?;
-        }
-        caller.check_scope(&request.scope)?;
-        check_bound("page_size", request.page_size)?;
+        check_listing(caller, &request)?;
         let cursor = request.cursor.as_deref().map(Cursor::decode).transpose()?;
         let mut query = self.scoped_query(caller, request.scope, request.filter, request.show_expired);
         query.include_superseded = request.include_superseded;
@@ -300,14 +293,7 @@ impl Memory {
     /// Validation (page, page size, a cursor given), scope errors.
     #[instrument(skip_all, fields(tenant = %caller.tenant, page, page_size = request.page_size))]
     pub async fn list_numbered(&self, caller: &Caller, request: ListRequest, page: usize) -> Result<NumberedPage> {
-        caller.require(Role::Read)?;
-        if request.scope.is_empty() {
-            caller.require(Role::Admin).map_err(|_| {
-                Error::Forbidden("listing without user_id, agent_id or run_id needs the admin role".into())
-            })?;
-        }
-        caller.check_scope(&request.scope)?;
-        check_bound("page_size", request.page_size)?;
+        check_listing(caller, &request)?;
         if request.cursor.is_some() {
             return Err(Error::validation("cursor", "a numbered page takes no cursor"));
         }
@@ -373,4 +359,17 @@ impl Memory {
             include_superseded: false,
         }
     }
+}
+
+/// What every listing checks: the caller may read, an empty scope (the whole tenant) is for
+/// admins, the scope is the caller's, the page size is in bounds.
+fn check_listing(caller: &Caller, request: &ListRequest) -> Result<()> {
+    caller.require(Role::Read)?;
+    if request.scope.is_empty() {
+        caller.require(Role::Admin).map_err(|_| {
+            Error::Forbidden("listing without user_id, agent_id or run_id needs the admin role".into())
+        })?;
+    }
+    caller.check_scope(&request.scope)?;
+    check_bound("page_size", request.page_size)
 }
