@@ -403,8 +403,8 @@ fn build_condition(key: &str, field: &Field, op: Operator, operand: &Value) -> R
     let invalid = |message: String| Error::validation("filters", format!("`{key}`: {message}"));
     let value = match op {
         Operator::Exists => {
-            if !matches!(field, Field::Metadata(_)) {
-                return Err(invalid("`*` (key exists) applies to metadata keys only".into()));
+            if !matches!(field, Field::Metadata(_) | Field::Text(_)) {
+                return Err(invalid("`*` (has a value) applies to metadata keys and text fields".into()));
             }
             Operand::None
         }

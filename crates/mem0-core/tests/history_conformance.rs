@@ -421,6 +421,7 @@ fn job(tenant: &str, scope_key: &str) -> mem0_core::history::Job {
         id: Uuid::now_v7(),
         tenant: tenant.to_owned(),
         scope_key: scope_key.to_owned(),
+        scope: Scope { user_id: Some(scope_key.to_owned()), ..Scope::default() },
         caller: "{}".to_owned(),
         request: "{}".to_owned(),
         status: mem0_core::history::JobStatus::Queued,
@@ -457,18 +458,22 @@ async fn jobs_run_in_order_per_scope_survive_their_server_and_are_bounded() {
         assert_eq!(a1.status, JobStatus::Running);
         assert!(first.claim(at(1), at(1) + lease).await.expect("claim").is_none(), "{name}: both scopes busy");
         // A failure worth retrying puts a1 back; its scope's next job still waits for it.
-        first.retry_later(a1.id, "{\"code\":\"provider_unavailable\"}", at(10)).await.expect("retry");
+        assert!(first.retry_later(a1.id, 1, "{\"code\":\"provider_unavailable\"}", at(10)).await.expect("retry"));
         assert!(second.claim(at(5), at(5) + lease).await.expect("claim").is_none(), "{name}: a2 waits for a1");
         let again = second.claim(at(10), at(10) + lease).await.expect("claim").expect("a1 again");
         assert_eq!((again.id, again.attempts), (a1.id, 2), "{name}");
-        first.succeed(again.id, "{\"results\":[]}", at(11)).await.expect("succeed");
+        // The first run's outcome no longer counts; the second's does.
+        assert!(!first.succeed(again.id, 1, "{}", at(11)).await.expect("stale"), "{name}");
+        assert!(first.succeed(again.id, 2, "{\"results\":[]}", at(11)).await.expect("succeed"), "{name}");
         let a2 = first.claim(at(11), at(11) + lease).await.expect("claim").expect("a2");
         assert_eq!(a2.id, jobs[2].id, "{name}");
         // b1's server dies: once its lease has run out another handle takes it over.
         assert!(second.claim(at(30), at(30) + lease).await.expect("claim").is_none(), "{name}: b1's lease holds");
         let taken = second.claim(at(62), at(62) + lease).await.expect("claim").expect("b1 taken over");
         assert_eq!((taken.id, taken.attempts), (b1.id, 2), "{name}");
-        first.fail(taken.id, "{\"code\":\"validation_failed\"}", at(63)).await.expect("fail");
+        // b1's first run comes back late: it no longer holds the job.
+        assert!(!first.retry_later(b1.id, 1, "{}", at(63)).await.expect("stale"), "{name}");
+        assert!(first.fail(taken.id, 2, "{\"code\":\"validation_failed\"}", at(63)).await.expect("fail"), "{name}");
         let failed = second.get("t", b1.id).await.expect("get").expect("b1");
         assert_eq!(
             (failed.status, failed.error.as_deref()),
@@ -483,6 +488,7 @@ async fn jobs_run_in_order_per_scope_survive_their_server_and_are_bounded() {
             "{name}: the last failure is kept"
         );
         assert_eq!(done.result.as_deref(), Some("{\"results\":[]}"));
+        assert_eq!(done.request, "{}", "{name}: a finished job keeps its outcome, not the messages");
 
         // The bound counts a tenant's open jobs: a2 and b2 are open.
         assert_eq!(first.open().await.expect("open"), 2, "{name}");
@@ -491,6 +497,19 @@ async fn jobs_run_in_order_per_scope_survive_their_server_and_are_bounded() {
         // Finished jobs are pruned after their retention.
         assert_eq!(first.prune(at(64)).await.expect("prune"), 2, "{name}: a1 and b1");
         assert!(first.get("t", a1.id).await.expect("get").is_none());
+
+        // Deleting a scope cancels its queued jobs (only those it covers).
+        let (kept, doomed) = (job("k", "keep"), job("k", "gone"));
+        for queued in [&kept, &doomed] {
+            assert!(first.enqueue(queued, 10, at(75)).await.expect("enqueue"));
+        }
+        let gone = Scope { user_id: Some("gone".to_owned()), ..Scope::default() };
+        assert_eq!(second.cancel("k", Some(&gone), at(76)).await.expect("cancel"), 1, "{name}");
+        let cancelled = first.get("k", doomed.id).await.expect("get").expect("doomed");
+        assert_eq!(cancelled.status, JobStatus::Failed, "{name}");
+        assert!(cancelled.error.as_deref().is_some_and(|error| error.contains("cancelled")), "{name}");
+        assert_eq!(first.get("k", kept.id).await.expect("get").expect("kept").status, JobStatus::Queued, "{name}");
+        assert_eq!(second.cancel("k", None, at(77)).await.expect("cancel all"), 1, "{name}");
 
         // Claims racing over two handles: every job is claimed once.
         for index in 0..8 {

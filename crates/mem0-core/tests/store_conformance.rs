@@ -293,6 +293,10 @@ async fn check_filters(store: &dyn VectorStore) {
         (json!({"tag": {"icontains": "RED"}}), vec!["alpha", "gamma"]),
         (json!({"tag": {"contains": "%"}}), vec![]),
         (json!({"who": "*"}), vec!["alpha"]),
+        // `*` on a text field: it has a value (Mem0's wildcard ids).
+        (json!({"source_actor": "*"}), vec!["alpha", "beta", "gamma"]),
+        (json!({"AND": [{"user_id": "*"}, {"agent_id": {"ne": "x"}}]}), vec!["alpha", "beta", "delta", "gamma"]),
+        (json!({"NOT": {"source_actor": "*"}}), vec!["delta"]),
         (json!({"dotted.key": "yes"}), vec!["delta"]),
         (json!({"tag": {"gt": "green"}}), vec!["alpha"]),
         (json!({"role": "assistant"}), vec!["beta"]),

@@ -94,6 +94,11 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// The code as it appears in bodies (`memory_not_found`).
+    pub fn name(self) -> String {
+        serde_json::to_value(self).ok().and_then(|value| value.as_str().map(str::to_owned)).unwrap_or_default()
+    }
+
     /// The one status each code is answered with.
     pub fn status(self) -> StatusCode {
         match self {
@@ -187,7 +192,7 @@ impl ApiError {
 
     /// The error's code, as it appears in the body (`memory_not_found`).
     pub fn code_name(&self) -> String {
-        serde_json::to_value(self.code).ok().and_then(|value| value.as_str().map(str::to_owned)).unwrap_or_default()
+        self.code.name()
     }
 
     /// The error's message.

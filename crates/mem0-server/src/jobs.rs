@@ -171,7 +171,12 @@ fn internal(error: impl std::fmt::Display) -> ApiError {
 /// # Errors
 /// What the add would answer for bad input or a forbidden scope; 429 `rate_limited` when the
 /// tenant has `jobs.max_open_per_tenant` jobs open.
-pub async fn enqueue(state: &AppState, caller: &Caller, body: AddMemoriesRequest) -> Result<JobAccepted, ApiError> {
+pub async fn enqueue(state: &AppState, caller: &Caller, mut body: AddMemoriesRequest) -> Result<JobAccepted, ApiError> {
+    // What was said was said now, however long the job waits: relative dates ("yesterday") are
+    // read against the arrival.
+    if body.timestamp.is_none() {
+        body.timestamp = Some(serde_json::Value::String(Utc::now().to_rfc3339()));
+    }
     let request = core_add_request(body.clone())?;
     state.memory().check_add(caller, &request)?;
     let id = Uuid::now_v7();
@@ -179,6 +184,7 @@ pub async fn enqueue(state: &AppState, caller: &Caller, body: AddMemoriesRequest
         id,
         tenant: caller.tenant.clone(),
         scope_key: format!("{}/{}", caller.tenant, mem0_core::extraction::session_scope(&request.scope)),
+        scope: request.scope.clone(),
         caller: serde_json::to_string(caller).map_err(internal)?,
         request: serde_json::to_string(&body).map_err(internal)?,
         status: JobStatus::Queued,
@@ -263,7 +269,7 @@ pub fn spawn_workers(state: &AppState) {
     tokio::spawn(async move {
         let state = starting;
         // Before any worker claims: a job claimed now must not be put back.
-        if !state.memory().history_store().in_store() {
+        if state.settings.jobs.workers > 0 && !state.memory().history_store().in_store() {
             match state.jobs.jobs.requeue_running().await {
                 Ok(0) => {}
                 Ok(requeued) => tracing::info!(requeued, "queued again the adds a previous run left unfinished"),
@@ -307,36 +313,73 @@ async fn work(state: AppState, worker: usize) {
     }
 }
 
-/// Claims and runs one job; false when none was due.
+/// Claims and runs one job; false when none was due. A run takes at most four fifths of the
+/// lease, so no other worker takes the job over while it still runs; and only the run that holds
+/// the job records its outcome.
 async fn run_next(state: &AppState) -> Result<bool, ApiError> {
     let settings = &state.settings.jobs;
     let now = Utc::now();
-    let lease = chrono::Duration::seconds(i64::try_from(settings.lease_secs).unwrap_or(300));
-    let Some(job) = state.jobs.jobs.claim(now, now + lease).await? else {
+    let lease = Duration::from_secs(settings.lease_secs.max(5));
+    let lease_until = now + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::seconds(300));
+    let Some(job) = state.jobs.jobs.claim(now, lease_until).await? else {
         return Ok(false);
     };
-    let outcome = run(state, &job).await;
     let jobs = &state.jobs.jobs;
-    match outcome {
+    if job.attempts > settings.max_attempts {
+        // Every run was cut off (its server died, or it outlived its lease): give up.
+        let record = JobError {
+            code: ErrorCode::RequestTimeout.name(),
+            message: format!("gave up after {} runs that did not finish", job.attempts - 1),
+        };
+        jobs.fail(job.id, job.attempts, &serde_json::to_string(&record).map_err(internal)?, Utc::now()).await?;
+        tracing::warn!(job_id = %job.id, attempts = job.attempts, "job failed: no run finished");
+        return Ok(true);
+    }
+    let outcome = match tokio::time::timeout(lease * 4 / 5, run(state, &job)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(ApiError::new(ErrorCode::RequestTimeout, "the run took longer than jobs.lease_secs allows")),
+    };
+    // A failed run may still have stored the add (an error after the commit, or a run taken over
+    // from one that stored it meanwhile): then the job succeeded.
+    let outcome = match outcome {
+        Err(error) => match job_memories(state, &job).await {
+            Some(stored) => Ok(stored),
+            None => Err(error),
+        },
+        done => done,
+    };
+    let recorded = match outcome {
         Ok(response) => {
             let body = serde_json::to_string(&response).map_err(internal)?;
-            jobs.succeed(job.id, &body, Utc::now()).await?;
+            let recorded = jobs.succeed(job.id, job.attempts, &body, Utc::now()).await?;
             tracing::info!(job_id = %job.id, memories = response.results.len(), attempt = job.attempts, "job succeeded");
+            recorded
         }
         Err(error) => {
             let record = JobError { code: error.code_name(), message: error.message().to_owned() };
             let record = serde_json::to_string(&record).map_err(internal)?;
             if retryable(&error) && job.attempts < settings.max_attempts {
                 let backoff = Duration::from_secs(2u64.saturating_pow(job.attempts.min(8)).min(300));
-                jobs.retry_later(job.id, &record, Utc::now() + backoff).await?;
+                let at = Utc::now() + chrono::Duration::from_std(backoff).unwrap_or_default();
                 tracing::warn!(job_id = %job.id, attempt = job.attempts, code = %error.code_name(), retry_in_secs = backoff.as_secs(), "job failed; retrying");
+                jobs.retry_later(job.id, job.attempts, &record, at).await?
             } else {
-                jobs.fail(job.id, &record, Utc::now()).await?;
                 tracing::warn!(job_id = %job.id, attempt = job.attempts, code = %error.code_name(), "job failed");
+                jobs.fail(job.id, job.attempts, &record, Utc::now()).await?
             }
         }
+    };
+    if !recorded {
+        tracing::warn!(job_id = %job.id, attempt = job.attempts, "this run no longer held the job; its outcome was not recorded");
     }
     Ok(true)
+}
+
+/// What an earlier or concurrent run of `job` stored, if anything.
+async fn job_memories(state: &AppState, job: &Job) -> Option<AddMemoriesResponse> {
+    let caller: Caller = serde_json::from_str(&job.caller).ok()?;
+    let stored = state.memory().added_by(&caller, job.id).await.ok()?;
+    (!stored.is_empty()).then_some(AddMemoriesResponse { results: stored, warnings: Vec::new() })
 }
 
 /// Provider and store trouble passes; anything else would fail the same way again.
@@ -348,6 +391,7 @@ fn retryable(error: &ApiError) -> bool {
             | ErrorCode::ProviderTimeout
             | ErrorCode::StoreUnavailable
             | ErrorCode::Conflict
+            | ErrorCode::RequestTimeout
     )
 }
 
@@ -364,6 +408,7 @@ async fn run(state: &AppState, job: &Job) -> Result<AddMemoriesResponse, ApiErro
             return Ok(AddMemoriesResponse { results: stored, warnings: Vec::new() });
         }
     }
+    // The job's body carries the arrival time as its timestamp (see `enqueue`).
     let mut request = core_add_request(body)?;
     request.ids_from = Some(job.id);
     let outcome = memory.add(&caller, request).await?;

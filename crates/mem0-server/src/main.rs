@@ -87,25 +87,37 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if !stdio {
                 anyhow::bail!("mcp needs --stdio (over HTTP the tools are at /mcp of `serve`)");
             }
-            let settings = Settings::load(cli.config.as_deref())?;
+            let mut settings = Settings::load(cli.config.as_deref())?;
             // stdout carries the protocol: the log goes to stderr.
             init_tracing_to(settings.log.format, std::io::stderr);
             let _lock = lock_embedded_store(&settings)?;
+            // A tool process: queued adds are the server's to run.
+            settings.jobs.workers = 0;
             let state = mem0_server::build_state(settings).await?;
             mem0_server::mcp::serve_stdio(state, api_key.as_deref()).await
         }
     }
 }
 
-/// The embedded store keeps caches in its process: a second process writing the same file would
-/// leave them stale. `serve` and `mcp --stdio` therefore take a lock beside the file and refuse to
-/// start while another process holds it (the operating system releases it when a process dies).
-fn lock_embedded_store(settings: &Settings) -> anyhow::Result<Option<std::fs::File>> {
+/// The embedded store keeps caches in its process, and the SQLite history volume holds the queue
+/// of adds its process alone runs: a second process on the same files would serve stale caches
+/// or run queued adds twice. `serve` and `mcp --stdio` therefore take a lock beside each SQLite
+/// file they use and refuse to start while another process holds it (the operating system
+/// releases it when a process dies).
+fn lock_embedded_store(settings: &Settings) -> anyhow::Result<Vec<std::fs::File>> {
     use mem0_core::config::VectorStoreProvider;
-    if settings.memory.vector_store.provider != VectorStoreProvider::Sqlite {
-        return Ok(None);
+    use mem0_core::HistoryProvider;
+    let mut files = Vec::new();
+    if settings.memory.vector_store.provider == VectorStoreProvider::Sqlite {
+        files.push(lock_beside(&settings.memory.vector_store.sqlite.path)?);
     }
-    let path = &settings.memory.vector_store.sqlite.path;
+    if settings.memory.history.provider == HistoryProvider::Sqlite {
+        files.push(lock_beside(&settings.memory.history.path)?);
+    }
+    Ok(files)
+}
+
+fn lock_beside(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
     if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)
             .map_err(|error| anyhow::anyhow!("cannot create {}: {error}", parent.display()))?;
@@ -118,7 +130,7 @@ fn lock_embedded_store(settings: &Settings) -> anyhow::Result<Option<std::fs::Fi
         .open(&lock_path)
         .map_err(|error| anyhow::anyhow!("cannot open {}: {error}", lock_path.display()))?;
     match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
+        Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
             "another mem0-server process (serve or mcp --stdio) is using {}: stop it, or point this client at its \
              /mcp endpoint instead",

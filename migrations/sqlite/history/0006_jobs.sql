@@ -1,12 +1,16 @@
 -- Queued adds (`async_mode`): the request as received, the caller it runs as, and its outcome.
 -- Claimed oldest first, one at a time per scope (`scope_key`), so two adds of one conversation
 -- never run at once; a claim holds a lease, and a job whose lease ran out (its server died) is
--- claimed again. Times are microseconds.
+-- claimed again. Deleting a scope cancels its queued jobs; a finished job keeps its outcome, not
+-- its request. Times are microseconds.
 create table if not exists jobs (
     id text primary key,
     seq integer not null,
     tenant text not null,
     scope_key text not null,
+    user_id text,
+    agent_id text,
+    run_id text,
     caller text not null,
     request text not null,
     status text not null,

@@ -220,6 +220,21 @@ async fn the_queue_is_bounded_per_tenant() {
 }
 
 #[tokio::test]
+async fn deleting_a_scope_cancels_its_queued_adds() {
+    let mut settings = test_settings();
+    settings.jobs.workers = 0;
+    let server = TestServer::start_with(settings, local_embedder().await).await;
+    let doomed = server.post("/memories", queued_add("dee", &["Dee's old address"])).await;
+    let kept = server.post("/memories", queued_add("eli", &["Eli's note"])).await;
+    let deleted = server.delete("/memories?user_id=dee").await;
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    let job = server.get(&format!("/jobs/{}", doomed.body["job_id"].as_str().expect("id"))).await;
+    assert_eq!((job.body["status"].clone(), job.body["error"]["code"].clone()), (json!("failed"), json!("cancelled")));
+    let other = server.get(&format!("/jobs/{}", kept.body["job_id"].as_str().expect("id"))).await;
+    assert_eq!(other.body["status"], "queued", "other scopes keep theirs");
+}
+
+#[tokio::test]
 async fn a_job_cut_off_after_storing_its_memories_finishes_exactly_once_after_a_restart() {
     let mut settings = test_settings();
     settings.jobs.workers = 0;

@@ -50,6 +50,25 @@ async fn every_path_answers_with_and_without_its_slash_in_the_shape_of_its_versi
     assert_eq!(v1.body["results"][0]["session_id"], Value::Null);
     assert_eq!(v1.body["results"][0]["categories"], json!([]));
 
+    // Mem0's wildcard: `"*"` is any value (here: memories that have a run).
+    let in_a_run = server
+        .post(
+            "/v1/memories/",
+            json!({"messages": "Ann's bees swarmed today", "user_id": "ann", "run_id": "r1", "infer": false}),
+        )
+        .await;
+    assert_eq!(in_a_run.status, 200, "{}", in_a_run.body);
+    let wild = server
+        .post(
+            "/v3/memories/search/",
+            json!({"query": "bees", "filters": {"AND": [{"user_id": "ann"}, {"run_id": "*"}]}}),
+        )
+        .await;
+    assert_eq!(texts(&wild.body["results"]), ["Ann's bees swarmed today"], "{}", wild.body);
+    let listed = server.post("/v3/memories/", json!({"filters": {"user_id": "ann", "run_id": "*"}})).await;
+    assert_eq!(listed.body["count"], 1, "{}", listed.body);
+    server.delete("/v1/memories/?user_id=ann&run_id=r1").await;
+
     // The v1 listing: a bare list, or the numbered envelope with page and page_size.
     let bare = server.get("/v1/memories?user_id=ann").await;
     assert_eq!(bare.body.as_array().map(Vec::len), Some(3), "{}", bare.body);
@@ -124,7 +143,7 @@ async fn errors_carry_mem0s_detail_and_missing_features_are_501() {
     for (method, path, body, feature) in [
         (reqwest::Method::POST, "/v1/exports/", Some(json!({})), "Mem0's export jobs"),
         (reqwest::Method::PUT, "/v1/batch/", Some(json!({"memories": []})), "batch updates and deletes"),
-        (reqwest::Method::GET, "/v1/event/abc/", None, "events"),
+        (reqwest::Method::GET, "/v1/events/", None, "listing events"),
         (
             reqwest::Method::POST,
             "/v3/memories/add/",

@@ -59,6 +59,8 @@ pub struct Job {
     pub tenant: String,
     /// Jobs with the same key run one at a time, in order.
     pub scope_key: String,
+    /// The scope its memories go to (deleting the scope cancels the job while it waits).
+    pub scope: crate::scope::Scope,
     /// The caller it runs as (JSON).
     pub caller: String,
     /// The request (JSON).
@@ -92,8 +94,8 @@ impl HistoryStore {
     }
 }
 
-const COLUMNS: &str =
-    "id, tenant, scope_key, caller, request, status, attempts, created_at, started_at, finished_at, result, error";
+const COLUMNS: &str = "id, tenant, scope_key, user_id, agent_id, run_id, caller, request, status, attempts, \
+     created_at, started_at, finished_at, result, error";
 
 fn micros(at: DateTime<Utc>) -> i64 {
     at.timestamp_micros()
@@ -115,6 +117,11 @@ macro_rules! job_from_row {
             id: Uuid::parse_str(&id).map_err(|error| Error::Internal(format!("bad job id: {error}")))?,
             tenant: row.try_get("tenant")?,
             scope_key: row.try_get("scope_key")?,
+            scope: crate::scope::Scope {
+                user_id: row.try_get("user_id")?,
+                agent_id: row.try_get("agent_id")?,
+                run_id: row.try_get("run_id")?,
+            },
             caller: row.try_get("caller")?,
             request: row.try_get("request")?,
             status: JobStatus::parse(&row.try_get::<String, _>("status")?)?,
@@ -148,13 +155,16 @@ impl Jobs {
                 false
             } else {
                 sqlx::query(&sql(
-                    "insert into jobs (id, seq, tenant, scope_key, caller, request, status, attempts, not_before, \
-                     created_at) values (?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?)",
+                    "insert into jobs (id, seq, tenant, scope_key, user_id, agent_id, run_id, caller, request, status, \
+                     attempts, not_before, created_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?)",
                 ))
                 .bind(job.id.to_string())
                 .bind(at)
                 .bind(&job.tenant)
                 .bind(&job.scope_key)
+                .bind(&job.scope.user_id)
+                .bind(&job.scope.agent_id)
+                .bind(&job.scope.run_id)
                 .bind(&job.caller)
                 .bind(&job.request)
                 .bind(at)
@@ -209,63 +219,100 @@ impl Jobs {
         Ok(claimed)
     }
 
-    /// Records a job's success and its result.
+    /// Records the success of run `attempt` of a job and its result; false (and nothing changed)
+    /// when that run no longer holds the job (its lease ran out and another run took it over).
     ///
     /// # Errors
     /// Store errors.
-    pub async fn succeed(&self, id: Uuid, result: &str, now: DateTime<Utc>) -> Result<()> {
-        self.finish(id, JobStatus::Succeeded, Some(result), None, now).await
+    pub async fn succeed(&self, id: Uuid, attempt: u32, result: &str, now: DateTime<Utc>) -> Result<bool> {
+        self.finish(id, attempt, JobStatus::Succeeded, Some(result), None, now).await
     }
 
-    /// Records that a job failed for good.
+    /// Records that run `attempt` of a job failed for good; false as for [`Jobs::succeed`].
     ///
     /// # Errors
     /// Store errors.
-    pub async fn fail(&self, id: Uuid, error: &str, now: DateTime<Utc>) -> Result<()> {
-        self.finish(id, JobStatus::Failed, None, Some(error), now).await
+    pub async fn fail(&self, id: Uuid, attempt: u32, error: &str, now: DateTime<Utc>) -> Result<bool> {
+        self.finish(id, attempt, JobStatus::Failed, None, Some(error), now).await
     }
 
+    /// A finished job keeps its outcome; its request (the messages as sent) is dropped.
     async fn finish(
         &self,
         id: Uuid,
+        attempt: u32,
         status: JobStatus,
         result: Option<&str>,
         error: Option<&str>,
         now: DateTime<Utc>,
-    ) -> Result<()> {
-        on_pool!(&self.history.db, |pool, sql| {
+    ) -> Result<bool> {
+        let finished = on_pool!(&self.history.db, |pool, sql| {
             sqlx::query(&sql(
-                "update jobs set status = ?, result = ?, error = coalesce(?, error), finished_at = ?, lease_until = null \
-                 where id = ?",
+                "update jobs set status = ?, result = ?, error = coalesce(?, error), finished_at = ?, lease_until = null, \
+                 request = '{}' where id = ? and status = 'running' and attempts = ?",
             ))
             .bind(status.as_str())
             .bind(result)
             .bind(error)
             .bind(micros(now))
             .bind(id.to_string())
+            .bind(i64::from(attempt))
             .execute(pool)
-            .await?;
+            .await?
+            .rows_affected()
         });
-        Ok(())
+        Ok(finished == 1)
     }
 
-    /// Puts a job back in the queue after a failure worth retrying, not before `not_before`
-    /// (it keeps its place: younger jobs of its scope still wait for it).
+    /// Puts a job back in the queue after run `attempt` failed in a way worth retrying, not
+    /// before `not_before` (it keeps its place: younger jobs of its scope still wait for it);
+    /// false as for [`Jobs::succeed`].
     ///
     /// # Errors
     /// Store errors.
-    pub async fn retry_later(&self, id: Uuid, error: &str, not_before: DateTime<Utc>) -> Result<()> {
-        on_pool!(&self.history.db, |pool, sql| {
-            sqlx::query(&sql(
-                "update jobs set status = 'queued', error = ?, not_before = ?, lease_until = null where id = ?",
-            ))
+    pub async fn retry_later(&self, id: Uuid, attempt: u32, error: &str, not_before: DateTime<Utc>) -> Result<bool> {
+        let queued = on_pool!(&self.history.db, |pool, sql| {
+            sqlx::query(&sql("update jobs set status = 'queued', error = ?, not_before = ?, lease_until = null \
+                 where id = ? and status = 'running' and attempts = ?"))
             .bind(error)
             .bind(micros(not_before))
             .bind(id.to_string())
+            .bind(i64::from(attempt))
             .execute(pool)
-            .await?;
+            .await?
+            .rows_affected()
         });
-        Ok(())
+        Ok(queued == 1)
+    }
+
+    /// Cancels the queued jobs of `tenant` whose memories would go to `scope` or part of it
+    /// (every id `scope` sets matches), or all of the tenant's with `None`: the scope was
+    /// deleted, and a job run afterwards would bring its memories back. Returns how many.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn cancel(&self, tenant: &str, scope: Option<&crate::scope::Scope>, now: DateTime<Utc>) -> Result<u64> {
+        let error = r#"{"code":"cancelled","message":"the scope was deleted before the add ran"}"#;
+        let none = crate::scope::Scope::default();
+        let scope = scope.unwrap_or(&none);
+        let cancelled = on_pool!(&self.history.db, |pool, sql| {
+            sqlx::query(&sql("update jobs set status = 'failed', error = ?, finished_at = ?, request = '{}' \
+                 where tenant = ? and status = 'queued' and (? is null or user_id = ?) \
+                 and (? is null or agent_id = ?) and (? is null or run_id = ?)"))
+            .bind(error)
+            .bind(micros(now))
+            .bind(tenant)
+            .bind(&scope.user_id)
+            .bind(&scope.user_id)
+            .bind(&scope.agent_id)
+            .bind(&scope.agent_id)
+            .bind(&scope.run_id)
+            .bind(&scope.run_id)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(cancelled)
     }
 
     /// Puts every running job back in the queue (keeping its attempts): for a process that

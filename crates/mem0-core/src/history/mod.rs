@@ -302,13 +302,13 @@ impl HistoryStore {
         })
     }
 
-    /// Deletes history and messages of `tenant`, or of every tenant when `None`.
+    /// Deletes history, messages and queued adds of `tenant`, or of every tenant when `None`.
     ///
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn reset(&self, tenant: Option<&str>) -> Result<()> {
         in_transaction!(&self.db, |transaction, sql| {
-            for table in ["history", "messages"] {
+            for table in ["history", "messages", "jobs"] {
                 match tenant {
                     Some(tenant) => {
                         sqlx::query(&sql(&format!("delete from {table} where tenant = ?")))

@@ -229,7 +229,14 @@ impl Memory {
                 return Ok(AddOutcome { results: Vec::new(), warnings, usage: Some(response.usage) });
             }
         };
-        let kept = self.new_facts(caller, &request.scope, &existing, facts, &mut warnings).await?;
+        let mut kept = self.new_facts(caller, &request.scope, &existing, facts, &mut warnings).await?;
+        if kept.len() > MAX_MEMORIES_PER_ADD {
+            warnings.push(format!(
+                "the model extracted {} facts; the first {MAX_MEMORIES_PER_ADD} were stored",
+                kept.len()
+            ));
+            kept.truncate(MAX_MEMORIES_PER_ADD);
+        }
         let buffered = BufferedMessages {
             id: Uuid::now_v7(),
             tenant: caller.tenant.clone(),

@@ -366,9 +366,9 @@ impl Memory {
 fn check_listing(caller: &Caller, request: &ListRequest) -> Result<()> {
     caller.require(Role::Read)?;
     if request.scope.is_empty() {
-        caller.require(Role::Admin).map_err(|_| {
-            Error::Forbidden("listing without user_id, agent_id or run_id needs the admin role".into())
-        })?;
+        caller
+            .require(Role::Admin)
+            .map_err(|_| Error::Forbidden("listing without user_id, agent_id or run_id needs the admin role".into()))?;
     }
     caller.check_scope(&request.scope)?;
     check_bound("page_size", request.page_size)

@@ -402,6 +402,11 @@ impl Memory {
             ));
         }
         caller.check_scope(&scope)?;
+        // Queued adds of the scope would bring its memories back once run.
+        let cancelled = self.history.jobs().cancel(&caller.tenant, Some(&scope), Utc::now()).await?;
+        if cancelled > 0 {
+            tracing::info!(cancelled, "cancelled the queued adds of the deleted scope");
+        }
         // Memories added after the listing stay. Each chunk of 1,000 is deleted with its history
         // all or nothing; an error stops before the next chunk.
         let mut query = self.scoped_query(caller, scope.clone(), None, true);

@@ -332,7 +332,8 @@ fn condition_sql<D: Dialect>(condition: &Condition, clause: &mut Clause<D>) {
                 let has = clause.dialect.metadata_has(&key);
                 clause.push(&has);
             }
-            _ => clause.push(never),
+            Field::Text(text) => clause.push(&format!("{} is not null", text.column())),
+            Field::Time(_) | Field::Number(_) => clause.push(never),
         },
         // The parser never builds other shapes; an impossible one matches nothing.
         _ => clause.push(never),

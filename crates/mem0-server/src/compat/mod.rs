@@ -103,8 +103,9 @@ pub async fn error_detail(request: Request, next: Next) -> Response {
         return response;
     }
     let (mut parts, body) = response.into_parts();
-    // Error bodies are small; a large one is passed on as it is.
-    let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024).await else {
+    // Our error bodies are small, but a message may quote a long input: read up to 16 MiB (more
+    // than any body the server accepts).
+    let Ok(bytes) = axum::body::to_bytes(body, 16 * 1024 * 1024).await else {
         return Response::from_parts(parts, Body::empty());
     };
     let Ok(Value::Object(mut object)) = serde_json::from_slice::<Value>(&bytes) else {

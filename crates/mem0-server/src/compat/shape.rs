@@ -90,16 +90,16 @@ pub fn read_filters(filters: &Value) -> Result<(Ids, Option<Value>), ApiError> {
     };
     let mut ids = Ids::default();
     let mut rest = rewrite_object(object)?;
-    // Plain ids at the top level fix the scope.
+    // Plain ids at the top level fix the scope; a wildcard (`"*"`: has any value) stays a
+    // condition, inside an AND (at the top level our filters read a plain id as the scope).
+    let mut wildcards = Vec::new();
     for key in ["user_id", "agent_id", "run_id"] {
-        if let Some(Value::String(id)) = rest.get(key) {
-            if id != "*" {
-                let id = id.clone();
-                if let Some(slot) = ids.slot(key) {
-                    *slot = Some(id);
-                }
-                rest.remove(key);
-            }
+        let Some(Value::String(id)) = rest.get(key).cloned() else { continue };
+        rest.remove(key);
+        if id == "*" {
+            wildcards.push(Value::Object(Map::from_iter([(key.to_owned(), Value::String(id))])));
+        } else if let Some(slot) = ids.slot(key) {
+            *slot = Some(id);
         }
     }
     // So do single-key conditions `{"user_id": "alice"}` of a top-level AND (Mem0's usual form).
@@ -115,6 +115,14 @@ pub fn read_filters(filters: &Value) -> Result<(Ids, Option<Value>), ApiError> {
         });
         if items.is_empty() {
             rest.remove("AND");
+        }
+    }
+    if !wildcards.is_empty() {
+        match rest.get_mut("AND") {
+            Some(Value::Array(items)) => items.extend(wildcards),
+            _ => {
+                rest.insert("AND".to_owned(), Value::Array(wildcards));
+            }
         }
     }
     Ok((ids, (!rest.is_empty()).then_some(Value::Object(rest))))
@@ -322,7 +330,9 @@ mod tests {
         assert_eq!(rest, Some(json!({"OR": [{"user_id": "a"}, {"user_id": "b"}]})));
         let (found, rest) = read_filters(&json!({"AND": [{"user_id": "a"}, {"user_id": "b"}], "run_id": "*"})).unwrap();
         assert_eq!(found, ids(Some("a"), None, None));
-        assert_eq!(rest, Some(json!({"AND": [{"user_id": "b"}], "run_id": "*"})));
+        assert_eq!(rest, Some(json!({"AND": [{"user_id": "b"}, {"run_id": "*"}]})));
+        let (found, rest) = read_filters(&json!({"user_id": "a", "agent_id": "*"})).unwrap();
+        assert_eq!((found, rest), (ids(Some("a"), None, None), Some(json!({"AND": [{"agent_id": "*"}]}))));
     }
 
     #[test]
