@@ -96,6 +96,31 @@ const BATCH: usize = 500;
 /// ~0.6 ms in batches of 25 searches, on SQLite and on Postgres.
 const LINGER: Duration = Duration::from_millis(100);
 
+/// Waits before the second, third and fourth try of a write that failed (a busy database under
+/// load, a Postgres failover): about 3.5 s in all before the entries are given up.
+const RETRY_DELAYS: [Duration; 3] = [Duration::from_millis(100), Duration::from_millis(400), Duration::from_secs(3)];
+
+/// Writes `entries`, trying again after a failure; entries that still cannot be written are
+/// dropped with a warning (the log must not hold up the server), counted in the message.
+async fn append_with_retries<S: Sink>(log: &S, entries: &[S::Entry]) {
+    let mut delays = RETRY_DELAYS.iter();
+    loop {
+        match log.append(entries).await {
+            Ok(()) => return,
+            Err(error) => match delays.next() {
+                Some(delay) => {
+                    tracing::debug!(%error, entries = entries.len(), "could not write the {}; trying again", S::NAME);
+                    tokio::time::sleep(*delay).await;
+                }
+                None => {
+                    tracing::warn!(%error, entries = entries.len(), "could not write the {}: entries dropped", S::NAME);
+                    return;
+                }
+            },
+        }
+    }
+}
+
 /// What the writer task receives.
 #[derive(Debug)]
 enum Command<E> {
@@ -155,9 +180,7 @@ impl<S: Sink> LogWriter<S> {
                     }
                 }
                 for chunk in batch.chunks(BATCH) {
-                    if let Err(error) = writer_log.append(chunk).await {
-                        tracing::warn!(%error, entries = chunk.len(), "could not write the {}", S::NAME);
-                    }
+                    append_with_retries(&writer_log, chunk).await;
                 }
                 batch.clear();
                 for done in flushed {

@@ -184,6 +184,20 @@ impl Jobs {
     /// Store errors.
     pub async fn claim(&self, now: DateTime<Utc>, lease_until: DateTime<Utc>) -> Result<Option<Job>> {
         let at = micros(now);
+        // Workers poll every second: an idle queue is a read, not a write transaction (which on
+        // SQLite would wait for, and hold up, every other writer of the history volume).
+        let due = on_pool!(&self.history.db, |pool, sql| {
+            sqlx::query(&sql("select 1 as due from jobs where (status = 'queued' and not_before <= ?) \
+                 or (status = 'running' and lease_until < ?) limit 1"))
+            .bind(at)
+            .bind(at)
+            .fetch_optional(pool)
+            .await?
+            .is_some()
+        });
+        if !due {
+            return Ok(None);
+        }
         let postgres = self.history.db.is_postgres();
         let claimed = in_transaction!(&self.history.db, |tx, sql| {
             // Replicas on Postgres skip the rows another one is claiming.
