@@ -273,7 +273,13 @@ pub async fn serve(
         tracing::info!(grace_secs = grace.as_secs(), "no longer accepting connections; finishing requests in flight");
         closed.notify_one();
     };
-    let server = axum::serve(listener, app(state).into_make_service_with_connect_info::<std::net::SocketAddr>())
+    // Connections live on their own tasks, which outlive this function when the grace period
+    // ends: the requests still running then are cut here (503 `draining`), so that nothing is
+    // acknowledged after the logs below were flushed.
+    let (cut, cut_off) = tokio::sync::watch::channel(false);
+    let router =
+        app(state).layer(middleware::from_fn(move |request, next| cut_at_deadline(cut_off.clone(), request, next)));
+    let server = axum::serve(listener, router.into_make_service_with_connect_info::<std::net::SocketAddr>())
         .with_graceful_shutdown(signal)
         .into_future();
     let deadline = async {
@@ -284,6 +290,7 @@ pub async fn serve(
         served = server => served,
         () = deadline => {
             tracing::warn!(grace_secs = grace.as_secs(), "shutdown grace period over: requests still in flight are cut off");
+            let _ = cut.send(true);
             Ok(())
         }
     };
@@ -295,6 +302,24 @@ pub async fn serve(
         tracing::warn!("the logs were not all written within {LOG_FLUSH_AT_EXIT:?} of shutdown: entries may be lost");
     }
     served
+}
+
+/// Runs a request unless the shutdown's grace period ends first: then it answers 503 `draining`
+/// (its outcome unknown to the client, which may retry it, with the same `Idempotency-Key`).
+async fn cut_at_deadline(
+    mut cut_off: tokio::sync::watch::Receiver<bool>,
+    request: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    tokio::select! {
+        biased;
+        response = next.run(request) => response,
+        _ = cut_off.wait_for(|cut| *cut) => ApiError::new(
+            ErrorCode::Draining,
+            "shutting down: the grace period ended before this request finished; retry it on another replica",
+        )
+        .into_response(),
+    }
 }
 
 /// How long a shutdown waits for the background logs to be written.
