@@ -525,3 +525,115 @@ async fn jobs_run_in_order_per_scope_survive_their_server_and_are_bounded() {
         assert_eq!((claimed.len(), distinct.len()), (11, 11), "{name}");
     }
 }
+
+fn webhook(tenant: &str, events: Vec<mem0_core::history::EventKind>) -> mem0_core::history::Webhook {
+    mem0_core::history::Webhook {
+        id: Uuid::now_v7(),
+        tenant: tenant.to_owned(),
+        url: "http://127.0.0.1:9/hook".to_owned(),
+        secret: "whsec_test".to_owned(),
+        events,
+        description: Some("test".to_owned()),
+        enabled: true,
+        disabled_reason: None,
+        consecutive_failures: 0,
+        created_at: Utc::now(),
+        last_success_at: None,
+        last_failure_at: None,
+    }
+}
+
+#[tokio::test]
+async fn webhook_deliveries_fan_out_are_claimed_once_retried_and_disable_a_dead_webhook() {
+    use mem0_core::history::{Attempt, DeliveryStatus, Event, EventKind};
+    for provider in providers().await {
+        let name = provider.name;
+        let (one, two) = (provider.first.webhooks(), provider.second.webhooks());
+        let all = webhook("t", EventKind::ALL.to_vec());
+        let deletions = webhook("t", vec![EventKind::MemoryDeleted]);
+        let other_tenant = webhook("u", EventKind::ALL.to_vec());
+        for hook in [&all, &deletions, &other_tenant] {
+            assert!(one.create(hook, 2).await.expect("create"), "{name}");
+        }
+        assert!(!one.create(&webhook("t", EventKind::ALL.to_vec()), 2).await.expect("third"), "{name}: bounded");
+        assert_eq!(two.list("t").await.expect("list").len(), 2, "{name}: seen by the other handle");
+        assert_eq!(two.get("t", all.id).await.expect("get").expect("there").secret, "whsec_test", "{name}");
+        assert!(two.get("u", all.id).await.expect("get").is_none(), "{name}: tenant-scoped");
+
+        let now = Utc::now();
+        let events = vec![
+            Event::new("t", EventKind::MemoryAdded, serde_json::json!({"n": 1})),
+            Event::new("t", EventKind::MemoryDeleted, serde_json::json!({"n": 2})),
+        ];
+        // added → `all`; deleted → `all` and `deletions`; nothing for the other tenant.
+        assert_eq!(one.fan_out(&events, now).await.expect("fan out"), 3, "{name}");
+
+        // Two handles claim at once: each delivery goes to one of them.
+        let lease = now + chrono::Duration::seconds(60);
+        let (a, b) = tokio::join!(one.claim(now, lease, 2), two.claim(now, lease, 2));
+        let (a, b) = (a.expect("claim"), b.expect("claim"));
+        let mut ids: Vec<Uuid> = a.iter().chain(&b).map(|claimed| claimed.delivery.id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), a.len() + b.len(), "{name}: no delivery claimed twice");
+        let mut claimed = a;
+        claimed.extend(b);
+        claimed.extend(one.claim(now, lease, 10).await.expect("claim the rest"));
+        assert_eq!(claimed.len(), 3, "{name}");
+        assert!(one.claim(now, lease, 10).await.expect("claim").is_empty(), "{name}: all held");
+        assert!(claimed.iter().all(|c| c.url == "http://127.0.0.1:9/hook" && c.delivery.attempts == 1), "{name}");
+
+        // `deletions` answers; `all` fails and is retried, then given up, and disabled.
+        for c in &claimed {
+            let outcome = if c.delivery.webhook_id == deletions.id {
+                Attempt::Succeeded { status: 204 }
+            } else {
+                Attempt::Failed { status: Some(500), error: "500".into(), retry_at: Some(now) }
+            };
+            assert!(!one.record(&c.delivery, 1, &outcome, now).await.expect("record"), "{name}");
+            // A stale attempt changes nothing.
+            one.record(&c.delivery, 0, &Attempt::Succeeded { status: 200 }, now).await.expect("stale");
+        }
+        let again = two.claim(now, lease, 10).await.expect("claim retries");
+        assert_eq!(again.len(), 2, "{name}: the two failed ones come back");
+        assert!(again.iter().all(|c| c.delivery.attempts == 2 && c.delivery.webhook_id == all.id), "{name}");
+        let give_up = Attempt::Failed { status: None, error: "connection refused".into(), retry_at: None };
+        assert!(two.record(&again[0].delivery, 2, &give_up, now).await.expect("give up"), "{name}: disabled");
+        let disabled = one.get("t", all.id).await.expect("get").expect("there");
+        assert!(!disabled.enabled && disabled.disabled_reason.is_some(), "{name}: {disabled:?}");
+        assert_eq!(disabled.consecutive_failures, 3, "{name}");
+        // The other one is held while its webhook is disabled, and sent again once enabled.
+        two.record(
+            &again[1].delivery,
+            2,
+            &Attempt::Failed { status: Some(503), error: "503".into(), retry_at: Some(now) },
+            now,
+        )
+        .await
+        .expect("record");
+        assert!(one.claim(now, lease, 10).await.expect("claim").is_empty(), "{name}: held while disabled");
+        assert!(one.set_enabled("t", all.id, true, None).await.expect("enable"), "{name}");
+        assert_eq!(one.get("t", all.id).await.expect("get").expect("there").consecutive_failures, 0, "{name}");
+        assert_eq!(one.claim(now, lease, 10).await.expect("claim").len(), 1, "{name}: resumed");
+
+        let log = two.deliveries("t", all.id, 10).await.expect("deliveries");
+        assert_eq!(log.len(), 2, "{name}");
+        assert!(log
+            .iter()
+            .any(|d| d.status == DeliveryStatus::Failed && d.error.as_deref() == Some("connection refused")));
+        let done = two.deliveries("t", deletions.id, 10).await.expect("deliveries");
+        assert_eq!(
+            (done[0].status, done[0].response_status, done[0].event),
+            (DeliveryStatus::Succeeded, Some(204), EventKind::MemoryDeleted),
+            "{name}"
+        );
+        assert!(two.get("t", deletions.id).await.expect("get").expect("there").last_success_at.is_some(), "{name}");
+
+        // A restart of the only sender puts held deliveries back; pruning takes finished ones.
+        assert_eq!(one.requeue_sending().await.expect("requeue"), 1, "{name}");
+        assert_eq!(one.prune(Utc::now() + chrono::Duration::seconds(1)).await.expect("prune"), 2, "{name}");
+        assert!(one.delete("t", all.id).await.expect("delete"), "{name}");
+        assert!(!one.delete("t", all.id).await.expect("delete again"), "{name}");
+        assert!(one.deliveries("t", all.id, 10).await.expect("deliveries").is_empty(), "{name}: deliveries go with it");
+    }
+}

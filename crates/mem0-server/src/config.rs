@@ -41,6 +41,9 @@ pub struct Settings {
     /// Queued adds (`async_mode`).
     #[serde(default)]
     pub jobs: crate::jobs::JobSettings,
+    /// Webhooks.
+    #[serde(default)]
+    pub webhooks: crate::webhooks::WebhookSettings,
 }
 
 /// Listener and request limits.
@@ -245,6 +248,7 @@ impl Settings {
         }
         anyhow::ensure!(self.request_log.retention_days >= 1, "request_log.retention_days must be at least 1");
         anyhow::ensure!(self.audit.retention_days >= 1, "audit.retention_days must be at least 1");
+        self.webhooks.validate()?;
         mem0_core::scope::validate_scope_id("server.default_tenant", &server.default_tenant)
             .map_err(|error| anyhow::anyhow!("{error}"))?;
         Ok(())

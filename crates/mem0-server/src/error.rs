@@ -91,6 +91,8 @@ pub enum ErrorCode {
     NotImplemented,
     /// No such job (or not the caller's).
     JobNotFound,
+    /// No such webhook in the tenant.
+    WebhookNotFound,
 }
 
 impl ErrorCode {
@@ -112,9 +114,11 @@ impl ErrorCode {
             | Self::LlmNotConfigured => StatusCode::BAD_REQUEST,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::Forbidden | Self::HostNotAllowed | Self::CrossSiteRequest => StatusCode::FORBIDDEN,
-            Self::MemoryNotFound | Self::RouteNotFound | Self::ApiKeyNotFound | Self::JobNotFound => {
-                StatusCode::NOT_FOUND
-            }
+            Self::MemoryNotFound
+            | Self::RouteNotFound
+            | Self::ApiKeyNotFound
+            | Self::JobNotFound
+            | Self::WebhookNotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Conflict | Self::IdempotencyKeyInProgress => StatusCode::CONFLICT,

@@ -11,7 +11,7 @@
 //! claimed for ever (a claim abandoned by a dead server is taken over after
 //! `server.request_timeout_secs` + `server.shutdown_grace_secs`).
 //!
-//! Not on `POST /api-keys`: its response holds a secret that is never stored (400).
+//! Not on `POST /api-keys` and `POST /webhooks`: their responses hold a secret shown once (400).
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -53,12 +53,10 @@ pub async fn idempotent(State(state): State<AppState>, request: Request, next: N
             .into_response()
         }
     };
-    if request.method() == Method::POST && request.uri().path() == "/api-keys" {
-        return ApiError::validation(
-            "Idempotency-Key",
-            "not accepted on POST /api-keys: its response holds a key that is never stored",
-        )
-        .into_response();
+    let path = request.uri().path();
+    if request.method() == Method::POST && matches!(path, "/api-keys" | "/webhooks") {
+        let message = format!("not accepted on POST {path}: its response holds a secret shown only once");
+        return ApiError::validation("Idempotency-Key", message).into_response();
     }
     let Some(caller) = request.extensions().get::<Caller>().cloned() else { return next.run(request).await };
     let (parts, body) = request.into_parts();

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use axum::extract::State;
 use chrono::Utc;
-use mem0_core::history::{Job, JobStatus, Jobs};
+use mem0_core::history::{EventKind, Job, JobStatus, Jobs};
 use mem0_core::{AddedMemory, Caller};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use tokio::sync::Notify;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -331,7 +332,9 @@ async fn run_next(state: &AppState) -> Result<bool, ApiError> {
             code: ErrorCode::RequestTimeout.name(),
             message: format!("gave up after {} runs that did not finish", job.attempts - 1),
         };
-        jobs.fail(job.id, job.attempts, &serde_json::to_string(&record).map_err(internal)?, Utc::now()).await?;
+        if jobs.fail(job.id, job.attempts, &serde_json::to_string(&record).map_err(internal)?, Utc::now()).await? {
+            publish(state, &job, EventKind::JobFailed, json!({"error": record}));
+        }
         tracing::warn!(job_id = %job.id, attempts = job.attempts, "job failed: no run finished");
         return Ok(true);
     }
@@ -353,6 +356,9 @@ async fn run_next(state: &AppState) -> Result<bool, ApiError> {
             let body = serde_json::to_string(&response).map_err(internal)?;
             let recorded = jobs.succeed(job.id, job.attempts, &body, Utc::now()).await?;
             tracing::info!(job_id = %job.id, memories = response.results.len(), attempt = job.attempts, "job succeeded");
+            if recorded {
+                publish(state, &job, EventKind::JobSucceeded, json!({"result": response}));
+            }
             recorded
         }
         Err(error) => {
@@ -365,7 +371,12 @@ async fn run_next(state: &AppState) -> Result<bool, ApiError> {
                 jobs.retry_later(job.id, job.attempts, &record, at).await?
             } else {
                 tracing::warn!(job_id = %job.id, attempt = job.attempts, code = %error.code_name(), "job failed");
-                jobs.fail(job.id, job.attempts, &record, Utc::now()).await?
+                let failed = jobs.fail(job.id, job.attempts, &record, Utc::now()).await?;
+                if failed {
+                    let error = JobError { code: error.code_name(), message: error.message().to_owned() };
+                    publish(state, &job, EventKind::JobFailed, json!({"error": error}));
+                }
+                failed
             }
         }
     };
@@ -373,6 +384,22 @@ async fn run_next(state: &AppState) -> Result<bool, ApiError> {
         tracing::warn!(job_id = %job.id, attempt = job.attempts, "this run no longer held the job; its outcome was not recorded");
     }
     Ok(true)
+}
+
+/// Tells the tenant's webhooks that `job` finished (`outcome`: its `result` or `error`).
+fn publish(state: &AppState, job: &Job, kind: EventKind, outcome: serde_json::Value) {
+    let mut data = json!({
+        "job_id": job.id,
+        "status": if kind == EventKind::JobSucceeded { JobStatus::Succeeded } else { JobStatus::Failed },
+        "attempts": job.attempts,
+        "user_id": job.scope.user_id,
+        "agent_id": job.scope.agent_id,
+        "run_id": job.scope.run_id,
+    });
+    if let (Some(data), serde_json::Value::Object(outcome)) = (data.as_object_mut(), outcome) {
+        data.extend(outcome);
+    }
+    crate::webhooks::publish_job(state, &job.tenant, kind, data);
 }
 
 /// What an earlier or concurrent run of `job` stored, if anything.

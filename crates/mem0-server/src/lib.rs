@@ -21,6 +21,7 @@ pub mod rate_limit;
 pub mod request_context;
 pub mod routes;
 pub mod state;
+pub mod webhooks;
 
 use std::future::IntoFuture as _;
 use std::sync::Arc;
@@ -190,6 +191,8 @@ async fn assemble_state_at(memory: Memory, settings: Settings, config_version: i
         &background_log::RetainedLogSettings { enabled: true, retention_days: 1 },
     );
     let memory = memory.with_reads(Some(Arc::new(reads.clone()) as Arc<dyn mem0_core::decay::ReadSink>));
+    let webhooks = webhooks::WebhookService::spawn(memory.history_store().webhooks(), &settings.webhooks);
+    let memory = memory.with_events(webhooks.sink(&settings.webhooks));
     let memory_handle = Arc::new(state::MemoryHandle::new(memory, configure::RuntimeConfig::from_settings(&settings)));
     // Journal entries left behind by a write whose undo failed (the store was down at that
     // moment) get their history once it answers again; startup already delivered older ones.
@@ -233,8 +236,10 @@ async fn assemble_state_at(memory: Memory, settings: Settings, config_version: i
         api_keys,
         draining: Arc::default(),
         jobs: jobs::JobQueue::new(memory_handle_jobs),
+        webhooks,
     };
     jobs::spawn_workers(&state);
+    webhooks::spawn_sender(&state);
     if state.memory().history_store().in_store() {
         configure::follow_shared_changes(state.clone());
     }
@@ -259,7 +264,7 @@ pub async fn serve(
     let grace = Duration::from_secs(state.settings.server.shutdown_grace_secs);
     let closing = Arc::new(tokio::sync::Notify::new());
     let closed = Arc::clone(&closing);
-    let logs = (state.request_log.clone(), state.audit.clone(), state.reads.clone());
+    let logs = (state.request_log.clone(), state.audit.clone(), state.reads.clone(), state.webhooks.events.clone());
     let signal = async move {
         shutdown.await;
         draining.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -296,8 +301,8 @@ pub async fn serve(
     };
     // What the requests queued for the request log, the audit trail and the read log is written
     // before the process ends (bounded: a database that is gone must not hold the exit).
-    let (request_log, audit, reads) = logs;
-    let written = async { tokio::join!(request_log.flush(), audit.flush(), reads.flush()) };
+    let (request_log, audit, reads, events) = logs;
+    let written = async { tokio::join!(request_log.flush(), audit.flush(), reads.flush(), events.flush()) };
     if tokio::time::timeout(LOG_FLUSH_AT_EXIT, written).await.is_err() {
         tracing::warn!("the logs were not all written within {LOG_FLUSH_AT_EXIT:?} of shutdown: entries may be lost");
     }

@@ -80,8 +80,8 @@ fn add_layer_responses(doc: &mut utoipa::openapi::OpenApi) {
     let open_paths = open_paths();
     for (path, item) in &mut doc.paths.paths {
         let open = open_paths.contains(path);
-        let PathItem { get, put, post, delete, .. } = item;
-        for operation in [get, put, post, delete].into_iter().flatten() {
+        let PathItem { get, put, post, delete, patch, .. } = item;
+        for operation in [get, put, post, delete, patch].into_iter().flatten() {
             let has_body = operation.request_body.is_some();
             let mut common: Vec<(&str, &str)> = vec![
                 (
@@ -165,9 +165,10 @@ fn add_idempotency(doc: &mut utoipa::openapi::OpenApi) {
         if !taking.contains(path) {
             continue;
         }
-        let PathItem { put, post, delete, .. } = item;
-        let takes_key = |method: &str| !(method == "post" && path == "/api-keys");
-        for (method, operation) in [("put", put), ("post", post), ("delete", delete)] {
+        let PathItem { put, post, delete, patch, .. } = item;
+        // Their responses hold a secret shown once (see `crate::idempotency`).
+        let takes_key = |method: &str| !(method == "post" && matches!(path.as_str(), "/api-keys" | "/webhooks"));
+        for (method, operation) in [("put", put), ("post", post), ("delete", delete), ("patch", patch)] {
             let Some(operation) = operation.as_mut() else { continue };
             if !takes_key(method) {
                 continue;

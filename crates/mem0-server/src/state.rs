@@ -75,6 +75,8 @@ pub struct AppState {
     pub draining: Arc<std::sync::atomic::AtomicBool>,
     /// Queued adds.
     pub jobs: crate::jobs::JobQueue,
+    /// Webhooks, and where events are reported for them.
+    pub webhooks: crate::webhooks::WebhookService,
 }
 
 impl AppState {

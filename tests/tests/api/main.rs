@@ -27,3 +27,4 @@ mod search;
 mod security;
 mod startup;
 mod state;
+mod webhooks;

@@ -167,6 +167,12 @@ fn protected_routes(memory: &str) -> Vec<(Method, String, Option<Value>)> {
         (Method::GET, "/configure/providers".into(), None),
         (Method::GET, "/policy".into(), None),
         (Method::PUT, "/policy".into(), Some(json!({"emails": "redact"}))),
+        (Method::POST, "/webhooks".into(), Some(json!({"url": "http://127.0.0.1:9/hook"}))),
+        (Method::GET, "/webhooks".into(), None),
+        (Method::GET, format!("/webhooks/{}", uuid::Uuid::new_v4()), None),
+        (Method::PATCH, format!("/webhooks/{}", uuid::Uuid::new_v4()), Some(json!({"enabled": false}))),
+        (Method::DELETE, format!("/webhooks/{}", uuid::Uuid::new_v4()), None),
+        (Method::GET, format!("/webhooks/{}/deliveries", uuid::Uuid::new_v4()), None),
         // Unknown routes and methods are behind the guard too: no probing without credentials.
         (Method::GET, "/nope".into(), None),
         (Method::PATCH, "/memories".into(), None),
@@ -453,6 +459,8 @@ async fn roles_gate_writes_and_admin_routes() {
             (Method::POST, "/configure".to_owned(), Some(json!({"embedder": {"provider": "local"}}))),
             (Method::GET, "/policy".to_owned(), None),
             (Method::PUT, "/policy".to_owned(), Some(json!({"emails": "redact"}))),
+            (Method::GET, "/webhooks".to_owned(), None),
+            (Method::POST, "/webhooks".to_owned(), Some(json!({"url": "http://127.0.0.1:9/hook"}))),
         ] {
             call(server, who, method, &path, body).await.assert_error(403, "forbidden");
         }
@@ -958,4 +966,48 @@ async fn tenant_admins_set_their_own_write_policy() {
     let cleared = call(server, &world.acme_admin, Method::PUT, "/policy", Some(json!({}))).await;
     assert_eq!(cleared.status, 200, "{}", cleared.body);
     assert_eq!(add(server, &world.acme_admin, "bob", "Bluebird ships in May").await.status, 200);
+}
+
+/// Webhooks receive every event of their tenant: only an admin of the whole tenant manages them,
+/// another tenant's admin neither sees nor touches them, and their secret is shown once.
+#[tokio::test]
+async fn webhooks_belong_to_their_tenant() {
+    let world = world().await;
+    let server = &world.server;
+    let created =
+        call(server, &world.acme_admin, Method::POST, "/webhooks", Some(json!({"url": "http://127.0.0.1:9/hook"})))
+            .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert_eq!(created.body["tenant"], "acme");
+    assert!(created.body["secret"].as_str().is_some_and(|secret| secret.starts_with("whsec_")), "{}", created.body);
+    let id = created.body["id"].as_str().expect("id").to_owned();
+    let listed = call(server, &world.acme_admin, Method::GET, "/webhooks", None).await;
+    assert_eq!(listed.body["results"].as_array().map(Vec::len), Some(1), "{}", listed.body);
+    assert!(listed.body["results"][0].get("secret").is_none(), "the secret is shown once: {}", listed.body);
+
+    let (globex_admin, _) =
+        create_key(server, &world.admin, json!({"label": "globex admin", "role": "admin", "tenant": "globex"})).await;
+    let globex_admin = As::Key(globex_admin);
+    assert_eq!(call(server, &globex_admin, Method::GET, "/webhooks", None).await.body["results"], json!([]));
+    for (method, body) in
+        [(Method::GET, None), (Method::PATCH, Some(json!({"enabled": false}))), (Method::DELETE, None)]
+    {
+        call(server, &globex_admin, method, &format!("/webhooks/{id}"), body)
+            .await
+            .assert_error(404, "webhook_not_found");
+    }
+    call(server, &globex_admin, Method::GET, "/webhooks?tenant=acme", None).await.assert_error(403, "forbidden");
+    let (bound, _) =
+        create_key(server, &world.acme_admin, json!({"label": "bob's admin", "role": "admin", "user_ids": ["bob"]}))
+            .await;
+    let bound = As::Key(bound);
+    call(server, &bound, Method::GET, "/webhooks", None).await.assert_error(403, "forbidden");
+    call(server, &bound, Method::POST, "/webhooks", Some(json!({"url": "http://127.0.0.1:9/x"})))
+        .await
+        .assert_error(403, "forbidden");
+    // The global admin reaches any tenant's.
+    let theirs = call(server, &world.admin, Method::GET, &format!("/webhooks/{id}?tenant=acme"), None).await;
+    assert_eq!((theirs.status, &theirs.body["id"]), (200, &json!(id)), "{}", theirs.body);
+    let deleted = call(server, &world.acme_admin, Method::DELETE, &format!("/webhooks/{id}"), None).await;
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
 }

@@ -10,6 +10,7 @@ mod idempotency;
 mod jobs;
 mod request_log;
 mod settings;
+mod webhooks;
 
 pub use self::audit::{AuditAction, AuditEntry, AuditEvent, AuditLog, AuditQuery, AuditSink};
 pub use self::buffer::session_under;
@@ -17,6 +18,7 @@ pub use self::idempotency::{Claim, Idempotency, StoredResponse, IDEMPOTENCY_TTL_
 pub use self::jobs::{Job, JobStatus, Jobs};
 pub use self::request_log::{RequestLog, RequestLogEntry};
 pub use self::settings::{read_postgres_setting, StoredSetting};
+pub use self::webhooks::{Attempt, Claimed, Delivery, DeliveryStatus, Event, EventKind, EventSink, Webhook, Webhooks};
 
 use std::path::Path;
 
@@ -302,13 +304,14 @@ impl HistoryStore {
         })
     }
 
-    /// Deletes history, messages and queued adds of `tenant`, or of every tenant when `None`.
+    /// Deletes history, messages, queued adds and webhook deliveries (which carry memories'
+    /// texts) of `tenant`, or of every tenant when `None`; webhooks stay.
     ///
     /// # Errors
     /// [`Error::StoreUnavailable`].
     pub async fn reset(&self, tenant: Option<&str>) -> Result<()> {
         in_transaction!(&self.db, |transaction, sql| {
-            for table in ["history", "messages", "jobs"] {
+            for table in ["history", "messages", "jobs", "webhook_deliveries"] {
                 match tenant {
                     Some(tenant) => {
                         sqlx::query(&sql(&format!("delete from {table} where tenant = ?")))

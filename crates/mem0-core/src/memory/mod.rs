@@ -36,7 +36,7 @@ pub use self::writes::FailPoint;
 use crate::decay::{DecayConfig, MemoryRead, ReadSink};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
-use crate::history::{AuditAction, AuditEvent, AuditSink, HistoryStore};
+use crate::history::{AuditAction, AuditEvent, AuditSink, Event, EventKind, EventSink, HistoryStore};
 use crate::policy::{Checked, Policy};
 use crate::providers::embedder::Embedder;
 use crate::providers::llm::Llm;
@@ -44,7 +44,7 @@ use crate::providers::reranker::Reranker;
 use crate::retrieval::{RetrievalSettings, Retriever};
 use crate::scope::{Caller, Role, Scope};
 use crate::store::{Cursor, ScopedQuery, VectorStore};
-use crate::types::{HistoryRecord, MemoryItem, MemoryRecord};
+use crate::types::{HistoryEvent, HistoryRecord, MemoryItem, MemoryRecord};
 
 /// The memory service.
 #[derive(Clone)]
@@ -62,6 +62,9 @@ pub struct Memory {
     audit: Option<Arc<dyn AuditSink>>,
     /// Where reads of memories are reported for decay by use; `None` records nothing.
     reads: Option<Arc<dyn ReadSink>>,
+    /// Where each stored change (`memory.added`, `.updated`, `.deleted`) is reported for the
+    /// tenant's webhooks; `None` reports nothing.
+    events: Option<Arc<dyn EventSink>>,
     /// Which tenants' searches apply decay by use, and how fast memories fade.
     decay: DecayConfig,
     /// Called at the named steps of every write (crash drills in tests); `None` in production.
@@ -101,6 +104,7 @@ impl Memory {
             policy: Arc::new(Policy::default()),
             audit: None,
             reads: None,
+            events: None,
             decay: DecayConfig::default(),
             fail_point: None,
             writing: Arc::default(),
@@ -152,6 +156,45 @@ impl Memory {
     pub fn with_reads(mut self, sink: Option<Arc<dyn ReadSink>>) -> Self {
         self.reads = sink;
         self
+    }
+
+    /// Returns the service reporting every change it stores to `sink` (for webhooks).
+    #[must_use]
+    pub fn with_events(mut self, sink: Option<Arc<dyn EventSink>>) -> Self {
+        self.events = sink;
+        self
+    }
+
+    /// Reports the changes of a committed write: one event per history entry (the write's
+    /// status changes, which have none, report nothing).
+    fn publish_changes(&self, entries: &[HistoryRecord]) {
+        let Some(sink) = &self.events else { return };
+        let events: Vec<Event> = entries
+            .iter()
+            .map(|entry| {
+                let kind = match entry.event {
+                    HistoryEvent::Add => EventKind::MemoryAdded,
+                    HistoryEvent::Update => EventKind::MemoryUpdated,
+                    HistoryEvent::Delete => EventKind::MemoryDeleted,
+                };
+                let data = serde_json::json!({
+                    "memory_id": entry.memory_id,
+                    "event": entry.event.as_str(),
+                    "memory": entry.new_memory,
+                    "old_memory": entry.old_memory,
+                    "user_id": entry.scope.user_id,
+                    "agent_id": entry.scope.agent_id,
+                    "run_id": entry.scope.run_id,
+                    "actor_id": entry.actor_id,
+                    "role": entry.role,
+                    "updated_at": entry.updated_at,
+                });
+                Event { id: Uuid::now_v7(), tenant: entry.tenant.clone(), kind, at: entry.created_at, data }
+            })
+            .collect();
+        if !events.is_empty() {
+            sink.publish(events);
+        }
     }
 
     /// Returns the service with these decay settings.

@@ -171,7 +171,16 @@ impl Memory {
         // timeout) cannot cut the write between its store transaction and its history.
         let memory = self.clone();
         let task = tokio::spawn(
-            async move { memory.commit_now(write, history, buffered).await }.instrument(tracing::Span::current()),
+            async move {
+                let entries = memory.events.is_some().then(|| history.clone());
+                let applied = memory.commit_now(write, history, buffered).await?;
+                if let Some(mut entries) = entries {
+                    entries.retain(|entry| applied.describes(Some(entry.memory_id)));
+                    memory.publish_changes(&entries);
+                }
+                Ok(applied)
+            }
+            .instrument(tracing::Span::current()),
         );
         task.await.map_err(|error| Error::Internal(format!("write task failed: {error}")))?
     }

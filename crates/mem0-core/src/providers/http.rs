@@ -308,9 +308,23 @@ fn embedded_ipv4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
 /// # Errors
 /// A message saying why.
 pub async fn check_base_url(raw: &str, allow_link_local: bool) -> Result<(), String> {
-    let url = url::Url::parse(raw).map_err(|error| format!("base_url `{raw}` is not a URL: {error}"))?;
+    check_target_url("base_url", raw, allow_link_local, "configure.allow_link_local_base_urls").await
+}
+
+/// Refuses URLs (of `field`) that are not http(s) or that reach link-local or metadata addresses
+/// (after DNS resolution), unless the startup setting `allow_setting` is on.
+///
+/// # Errors
+/// A message saying why.
+pub async fn check_target_url(
+    field: &str,
+    raw: &str,
+    allow_link_local: bool,
+    allow_setting: &str,
+) -> Result<(), String> {
+    let url = url::Url::parse(raw).map_err(|error| format!("{field} `{raw}` is not a URL: {error}"))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("base_url must be http or https, got `{}`", url.scheme()));
+        return Err(format!("{field} must be http or https, got `{}`", url.scheme()));
     }
     if allow_link_local {
         return Ok(());
@@ -321,29 +335,73 @@ pub async fn check_base_url(raw: &str, allow_link_local: bool) -> Result<(), Str
         Some(url::Host::Ipv6(ip)) => vec![IpAddr::V6(ip)],
         Some(url::Host::Domain(domain)) => {
             let lower = domain.to_ascii_lowercase();
-            let metadata_names = ["metadata.google.internal", "metadata", "instance-data", "metadata.azure.internal"];
-            if metadata_names.contains(&lower.trim_end_matches('.')) {
-                return Err(format!("base_url host `{domain}` is a cloud metadata service"));
+            if is_metadata_name(&lower) {
+                return Err(format!("{field} host `{domain}` is a cloud metadata service"));
             }
             tokio::net::lookup_host((domain, port))
                 .await
-                .map_err(|error| format!("base_url host `{domain}` does not resolve: {error}"))?
+                .map_err(|error| format!("{field} host `{domain}` does not resolve: {error}"))?
                 .map(|address| address.ip())
                 .collect()
         }
-        None => return Err("base_url has no host".into()),
+        None => return Err(format!("{field} has no host")),
     };
     match addresses.into_iter().find(|ip| forbidden_ip(*ip)) {
         Some(ip) => Err(format!(
-            "base_url resolves to {ip}, a link-local or metadata address; set configure.allow_link_local_base_urls in the startup configuration to allow it"
+            "{field} resolves to {ip}, a link-local or metadata address; set {allow_setting} in the startup configuration to allow it"
         )),
         None => Ok(()),
+    }
+}
+
+/// True for the host names of cloud metadata services.
+fn is_metadata_name(lower: &str) -> bool {
+    ["metadata.google.internal", "metadata", "instance-data", "metadata.azure.internal"]
+        .contains(&lower.trim_end_matches('.'))
+}
+
+/// Resolves host names for requests to URLs that users set at runtime (webhooks) and keeps only
+/// the addresses [`check_target_url`] allows. It runs when each connection is made, so a name
+/// checked when it was set cannot be pointed at a metadata address later (DNS rebinding).
+/// (Literal IP addresses are not resolved: check them with [`check_target_url`].)
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GuardedResolver;
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_ascii_lowercase();
+        Box::pin(async move {
+            if is_metadata_name(&host) {
+                return Err(format!("`{host}` is a cloud metadata service").into());
+            }
+            let allowed: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .filter(|address| !forbidden_ip(address.ip()))
+                .collect();
+            if allowed.is_empty() {
+                return Err(format!("`{host}` resolves to no address outside link-local and metadata ranges").into());
+            }
+            Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_guarded_resolver_keeps_only_allowed_addresses() {
+        use reqwest::dns::Resolve as _;
+        use std::str::FromStr as _;
+        let name = |host: &str| reqwest::dns::Name::from_str(host).expect("name");
+        let local: Vec<std::net::SocketAddr> =
+            GuardedResolver.resolve(name("localhost")).await.expect("localhost resolves").collect();
+        assert!(!local.is_empty() && local.iter().all(|address| address.ip().is_loopback()), "{local:?}");
+        for metadata in ["metadata.google.internal", "METADATA", "instance-data."] {
+            assert!(GuardedResolver.resolve(name(metadata)).await.is_err(), "{metadata}");
+        }
+    }
 
     #[tokio::test]
     async fn metadata_and_link_local_urls_are_refused() {

@@ -55,7 +55,8 @@ pub fn api_groups() -> Vec<(RouteClass, OpenApiRouter<AppState>)> {
                 .merge(scopes::router())
                 .merge(requests::router())
                 .merge(audit::router())
-                .merge(policy::router()),
+                .merge(policy::router())
+                .merge(crate::webhooks::router()),
         ),
     ]
 }

@@ -46,19 +46,25 @@ pub struct PolicyView {
 /// The tenant a request is about: the caller's, or another one for the global admin. Changing
 /// or reading a tenant's policy needs an admin of the whole tenant (not one bound to scopes).
 fn tenant_of(caller: &Caller, params: PolicyParams) -> Result<String, ApiError> {
+    whole_tenant(caller, params.tenant, "the write policy")
+}
+
+/// The tenant a request about `what` of a whole tenant is for: the caller's own, or `requested`
+/// for the global admin. Needs an admin not bound to users or agents.
+pub(crate) fn whole_tenant(caller: &Caller, requested: Option<String>, what: &str) -> Result<String, ApiError> {
     caller.require(Role::Admin)?;
     if !caller.is_tenant_admin() && !caller.global_admin {
-        return Err(mem0_core::Error::Forbidden(
-            "the write policy is the whole tenant's: it needs an admin not bound to users or agents".into(),
-        )
+        return Err(mem0_core::Error::Forbidden(format!(
+            "{what} is the whole tenant's: it needs an admin not bound to users or agents"
+        ))
         .into());
     }
-    match params.tenant {
+    match requested {
         Some(tenant) if tenant != caller.tenant && !caller.global_admin => {
-            Err(mem0_core::Error::Forbidden("another tenant's policy needs the global admin".into()).into())
+            Err(mem0_core::Error::Forbidden(format!("another tenant's {what} needs the global admin")).into())
         }
-        Some(tenant) if tenant.is_empty() || tenant.len() > 128 => {
-            Err(ApiError::validation("tenant", "must be 1 to 128 bytes"))
+        Some(tenant) if tenant.is_empty() || tenant.len() > 128 || tenant.chars().any(char::is_control) => {
+            Err(ApiError::validation("tenant", "must be 1 to 128 bytes, without control characters"))
         }
         Some(tenant) => Ok(tenant),
         None => Ok(caller.tenant.clone()),
