@@ -299,7 +299,7 @@ pub async fn serve(
             Ok(())
         }
     };
-    // What the requests queued for the request log, the audit trail and the read log is written
+    // What the requests queued for the request log, the audit trail, the read log and webhooks is written
     // before the process ends (bounded: a database that is gone must not hold the exit).
     let (request_log, audit, reads, events) = logs;
     let written = async { tokio::join!(request_log.flush(), audit.flush(), reads.flush(), events.flush()) };
