@@ -129,6 +129,13 @@ async fn numbered_pages_cover_thousands_of_memories_exactly_once() {
     let none =
         server.post("/v3/memories/", json!({"filters": {"user_id": "gardener"}, "end_date": "2000-01-01"})).await;
     assert_eq!(none.body["count"], 0, "{}", none.body);
+    // An end day covers that whole day: today's memories are listed up to today.
+    let today = chrono::Utc::now().date_naive().format("%Y-%m-%d").to_string();
+    let all = server.post("/v3/memories/", json!({"filters": {"user_id": "gardener"}})).await;
+    let until_today =
+        server.post("/v3/memories/", json!({"filters": {"user_id": "gardener"}, "end_date": today})).await;
+    assert_eq!(until_today.body["count"], all.body["count"], "{}", until_today.body);
+    assert!(all.body["count"].as_u64().is_some_and(|count| count > 0));
 }
 
 #[tokio::test]

@@ -379,10 +379,16 @@ async fn numbered(
     let (filter_ids, filter) = body_filters(body)?;
     let ids = ids.or(filter_ids);
     let mut conditions: Vec<Value> = filter.into_iter().collect();
-    for (key, op) in [("start_date", "gte"), ("end_date", "lte")] {
-        if let Some(day) = field::<String>(key, body.get(key))? {
-            conditions.push(json!({ "created_at": { op: day } }));
-        }
+    if let Some(start) = field::<String>("start_date", body.get("start_date"))? {
+        conditions.push(json!({ "created_at": { "gte": start } }));
+    }
+    if let Some(end) = field::<String>("end_date", body.get("end_date"))? {
+        // A day as the end covers the whole day: before the next one's midnight.
+        let bound = match chrono::NaiveDate::parse_from_str(end.trim(), "%Y-%m-%d").map(|day| day.succ_opt()) {
+            Ok(Some(next)) => json!({ "lt": next.format("%Y-%m-%d").to_string() }),
+            _ => json!({ "lte": end }),
+        };
+        conditions.push(json!({ "created_at": bound }));
     }
     let filter = match conditions.len() {
         0 => None,
