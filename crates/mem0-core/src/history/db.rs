@@ -61,6 +61,21 @@ pub(crate) fn insert_rows(head: &str, columns: usize, rows: usize) -> String {
     format!("{head} {}", vec![group.as_str(); rows].join(", "))
 }
 
+/// A time as stored in the queue tables (jobs, webhook deliveries): microseconds since the epoch.
+pub(crate) fn micros(at: chrono::DateTime<chrono::Utc>) -> i64 {
+    at.timestamp_micros()
+}
+
+/// A stored time read back ([`micros`]).
+pub(crate) fn time(value: Option<i64>) -> crate::error::Result<Option<chrono::DateTime<chrono::Utc>>> {
+    value
+        .map(|micros| {
+            chrono::DateTime::from_timestamp_micros(micros)
+                .ok_or_else(|| crate::error::Error::Internal(format!("bad stored time {micros}")))
+        })
+        .transpose()
+}
+
 /// `$body` with `$pool` bound to the pool of `$db` and `$sql` to the function putting a statement
 /// in its dialect: one body, compiled for each database.
 macro_rules! on_pool {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::db::{in_transaction, on_pool};
+use super::db::{in_transaction, micros, on_pool, time};
 use super::HistoryStore;
 use crate::error::{Error, Result};
 
@@ -96,18 +96,6 @@ impl HistoryStore {
 
 const COLUMNS: &str = "id, tenant, scope_key, user_id, agent_id, run_id, caller, request, status, attempts, \
      created_at, started_at, finished_at, result, error";
-
-fn micros(at: DateTime<Utc>) -> i64 {
-    at.timestamp_micros()
-}
-
-fn time(value: Option<i64>) -> Result<Option<DateTime<Utc>>> {
-    value
-        .map(|micros| {
-            DateTime::from_timestamp_micros(micros).ok_or_else(|| Error::Internal(format!("bad job time {micros}")))
-        })
-        .transpose()
-}
 
 macro_rules! job_from_row {
     ($row:expr) => {{

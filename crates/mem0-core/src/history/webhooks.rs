@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::db::{in_transaction, on_pool};
+use super::db::{in_transaction, micros, on_pool, time};
 use super::HistoryStore;
 use crate::error::{Error, Result};
 
@@ -235,18 +235,6 @@ impl HistoryStore {
     pub fn webhooks(&self) -> Webhooks {
         Webhooks { history: self.clone() }
     }
-}
-
-fn micros(at: DateTime<Utc>) -> i64 {
-    at.timestamp_micros()
-}
-
-fn time(value: Option<i64>) -> Result<Option<DateTime<Utc>>> {
-    value
-        .map(|micros| {
-            DateTime::from_timestamp_micros(micros).ok_or_else(|| Error::Internal(format!("bad webhook time {micros}")))
-        })
-        .transpose()
 }
 
 fn uuid(raw: &str) -> Result<Uuid> {
