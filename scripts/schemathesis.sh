@@ -27,7 +27,7 @@ source scripts/test-server.sh
 for store in "${stores[@]}"; do
   start_test_server "$store"
   echo "== schemathesis against the $store store (log: $SERVER_DATA/server.log)"
-  if ! "$venv/bin/schemathesis" --no-color run openapi/openapi.json \
+  if ! PYTHONPATH=scripts SCHEMATHESIS_HOOKS=schemathesis_hooks "$venv/bin/schemathesis" --no-color run openapi/openapi.json \
       --url "$SERVER_URL" \
       --header "X-API-Key: $ADMIN_KEY" \
       --exclude-path-regex '^/configure' \

@@ -1018,6 +1018,55 @@ async fn check_unique_inserts(store: &dyn VectorStore) {
     );
 }
 
+/// With `skip_existing_ids` (imports), inserts whose id is stored already, in any tenant, are
+/// skipped with their links; undoing the write removes only what it inserted.
+async fn check_inserts_skip_existing_ids(store: &dyn VectorStore) {
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let v = unit([1.0, 0.0, 0.0, 0.0]);
+    let theirs = record("x", "u", "their memory", v.clone(), json!({}), 0);
+    let mine = record("t", "u", "my memory", v.clone(), json!({}), 1);
+    insert(store, &[theirs.clone(), mine.clone()]).await.expect("insert");
+    let taken =
+        MemoryRecord { tenant: "t".to_owned(), memory: "an import of the same id".to_owned(), ..theirs.clone() };
+    let again = MemoryRecord { memory: "my memory, imported again".to_owned(), ..mine.clone() };
+    let fresh = record("t", "u", "a new memory", v.clone(), json!({}), 2);
+    let link = EntityLink {
+        memory_id: taken.id,
+        tenant: "t".to_owned(),
+        scope: taken.scope.clone(),
+        name: "Tea".to_owned(),
+        normalized: "tea".to_owned(),
+        kind: "imported".to_owned(),
+        embedding: unit([0.0, 1.0, 0.0, 0.0]),
+    };
+    let write = WriteSet {
+        tenant: "t".to_owned(),
+        insert: vec![taken.clone(), again.clone(), fresh.clone()],
+        links: vec![link],
+        merge_threshold: 0.95,
+        skip_existing_ids: true,
+        ..WriteSet::default()
+    };
+    let applied = store.apply(&write).await.expect("apply");
+    let mut skipped = applied.skipped.clone();
+    skipped.sort();
+    let mut expected = vec![theirs.id, mine.id];
+    expected.sort();
+    assert_eq!(skipped, expected, "both stored ids are skipped");
+    assert_eq!(store.get("x", theirs.id).await.expect("get").map(|record| record.memory), Some(theirs.memory.clone()));
+    assert!(store.get("t", theirs.id).await.expect("get").is_none(), "not moved to another tenant");
+    assert_eq!(store.get("t", mine.id).await.expect("get").map(|record| record.memory), Some(mine.memory.clone()));
+    assert!(store.get("t", fresh.id).await.expect("get").is_some());
+    let probe = EntityProbe { normalized: "tea".to_owned(), embedding: unit([0.0, 1.0, 0.0, 0.0]) };
+    let hits = entity_memories(store, &query("t", "u", None), &[probe], 0.9).await.expect("entities");
+    assert!(hits.is_empty(), "the skipped insert's link is not written: {hits:?}");
+    // The undo of this write (a failed history delivery) removes the new memory only.
+    store.apply(&write.inverse(&applied, Vec::new())).await.expect("undo");
+    assert!(store.get("t", fresh.id).await.expect("get").is_none());
+    assert!(store.get("t", mine.id).await.expect("get").is_some(), "the memory that was there stays");
+    assert!(store.get("x", theirs.id).await.expect("get").is_some(), "the other tenant's stays");
+}
+
 macro_rules! conformance_suite {
     ($backend:ident, $open:expr) => {
         mod $backend {
@@ -1093,6 +1142,12 @@ macro_rules! conformance_suite {
             async fn unique_inserts() {
                 let (store, _guard) = $open;
                 check_unique_inserts(&store).await;
+            }
+
+            #[tokio::test]
+            async fn inserts_skip_existing_ids() {
+                let (store, _guard) = $open;
+                check_inserts_skip_existing_ids(&store).await;
             }
 
             #[tokio::test]

@@ -58,6 +58,9 @@ pub struct ServerSettings {
     pub request_timeout_secs: u64,
     /// Time a request body may take to arrive, in seconds (then 408).
     pub body_read_timeout_secs: u64,
+    /// Longest `POST /import`, in seconds (then 504); its body is streamed, not limited by
+    /// `body_limit_bytes`, and each part must arrive within `body_read_timeout_secs`.
+    pub import_timeout_secs: u64,
     /// Most requests in flight.
     pub concurrency_limit: usize,
     /// Tenant of every memory until authentication is configured.
@@ -221,6 +224,11 @@ impl Settings {
             (1..=3600).contains(&server.body_read_timeout_secs),
             "server.body_read_timeout_secs must be between 1 and 3600, got {}",
             server.body_read_timeout_secs
+        );
+        anyhow::ensure!(
+            (1..=86_400).contains(&server.import_timeout_secs),
+            "server.import_timeout_secs must be between 1 and 86400, got {}",
+            server.import_timeout_secs
         );
         anyhow::ensure!(
             server.drain_delay_secs <= 600,

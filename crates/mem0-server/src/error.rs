@@ -93,6 +93,10 @@ pub enum ErrorCode {
     JobNotFound,
     /// No such webhook in the tenant.
     WebhookNotFound,
+    /// An import file is malformed (a line that is not JSON or not of the format, no header, no
+    /// end line, a wrong count); `details.line` names the line. Memories of the lines before it
+    /// were stored (`details.imported`): an import is idempotent, so fix the file and send it again.
+    InvalidImport,
 }
 
 impl ErrorCode {
@@ -111,6 +115,7 @@ impl ErrorCode {
             | Self::UnsupportedFilterOperator
             | Self::ConfigurationRejected
             | Self::PolicyRejected
+            | Self::InvalidImport
             | Self::LlmNotConfigured => StatusCode::BAD_REQUEST,
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::Forbidden | Self::HostNotAllowed | Self::CrossSiteRequest => StatusCode::FORBIDDEN,

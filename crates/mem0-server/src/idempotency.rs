@@ -11,7 +11,8 @@
 //! claimed for ever (a claim abandoned by a dead server is taken over after
 //! `server.request_timeout_secs` + `server.shutdown_grace_secs`).
 //!
-//! Not on `POST /api-keys` and `POST /webhooks`: their responses hold a secret shown once (400).
+//! Not on `POST /api-keys` and `POST /webhooks`: their responses hold a secret shown once (400);
+//! nor on `POST /import`, idempotent by memory id already, whose body is streamed (400).
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -56,6 +57,10 @@ pub async fn idempotent(State(state): State<AppState>, request: Request, next: N
     let path = request.uri().path();
     if request.method() == Method::POST && matches!(path, "/api-keys" | "/webhooks") {
         let message = format!("not accepted on POST {path}: its response holds a secret shown only once");
+        return ApiError::validation("Idempotency-Key", message).into_response();
+    }
+    if path == crate::routes::transfer::IMPORT_PATH {
+        let message = "not accepted on POST /import: an import is idempotent by memory id, and its body is streamed";
         return ApiError::validation("Idempotency-Key", message).into_response();
     }
     let Some(caller) = request.extensions().get::<Caller>().cloned() else { return next.run(request).await };

@@ -54,6 +54,7 @@ pub fn app(state: AppState) -> Router {
     let server = &state.settings.server;
     let context = request_context::ContextSettings {
         timeout: Duration::from_secs(server.request_timeout_secs),
+        import_timeout: Duration::from_secs(server.import_timeout_secs),
         log: state.request_log.clone(),
     };
     let body = body::BodySettings {

@@ -47,13 +47,19 @@ fn incoming_id(request: &Request) -> Option<String> {
 pub struct ContextSettings {
     /// Per-request timeout.
     pub timeout: Duration,
+    /// The timeout of `POST /import` (a streamed body, maybe long).
+    pub import_timeout: Duration,
     /// The request log.
     pub log: RequestLogWriter,
 }
 
 /// Middleware: request id, span, timeout, access log line and request log entry.
 pub async fn request_context(State(context): State<ContextSettings>, mut request: Request, next: Next) -> Response {
-    let timeout = context.timeout;
+    let timeout = if request.uri().path() == crate::routes::transfer::IMPORT_PATH {
+        context.import_timeout
+    } else {
+        context.timeout
+    };
     let request_id = incoming_id(&request).unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         request.headers_mut().insert(REQUEST_ID_HEADER.clone(), value);

@@ -27,4 +27,5 @@ mod search;
 mod security;
 mod startup;
 mod state;
+mod transfer;
 mod webhooks;

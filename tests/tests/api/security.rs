@@ -173,6 +173,8 @@ fn protected_routes(memory: &str) -> Vec<(Method, String, Option<Value>)> {
         (Method::PATCH, format!("/webhooks/{}", uuid::Uuid::new_v4()), Some(json!({"enabled": false}))),
         (Method::DELETE, format!("/webhooks/{}", uuid::Uuid::new_v4()), None),
         (Method::GET, format!("/webhooks/{}/deliveries", uuid::Uuid::new_v4()), None),
+        (Method::GET, "/export?user_id=alice".into(), None),
+        (Method::POST, "/import".into(), Some(json!({"type": "end", "count": 0}))),
         // Unknown routes and methods are behind the guard too: no probing without credentials.
         (Method::GET, "/nope".into(), None),
         (Method::PATCH, "/memories".into(), None),
@@ -461,6 +463,8 @@ async fn roles_gate_writes_and_admin_routes() {
             (Method::PUT, "/policy".to_owned(), Some(json!({"emails": "redact"}))),
             (Method::GET, "/webhooks".to_owned(), None),
             (Method::POST, "/webhooks".to_owned(), Some(json!({"url": "http://127.0.0.1:9/hook"}))),
+            (Method::GET, "/export".to_owned(), None),
+            (Method::POST, "/import".to_owned(), Some(json!({"type": "end", "count": 0}))),
         ] {
             call(server, who, method, &path, body).await.assert_error(403, "forbidden");
         }
@@ -1010,4 +1014,69 @@ async fn webhooks_belong_to_their_tenant() {
     assert_eq!((theirs.status, &theirs.body["id"]), (200, &json!(id)), "{}", theirs.body);
     let deleted = call(server, &world.acme_admin, Method::DELETE, &format!("/webhooks/{id}"), None).await;
     assert_eq!(deleted.status, 200, "{}", deleted.body);
+}
+
+/// Exports and imports stay in their tenant: a key bound to a user exports only that user, an
+/// import needs an admin and stores only within the importer's reach, and another tenant cannot
+/// take over ids that exist.
+#[tokio::test]
+async fn exports_and_imports_stay_in_their_tenant() {
+    let world = world().await;
+    let server = &world.server;
+    let export = |who: As, query: &'static str| {
+        let request = server.client.get(format!("{}/export?{query}", server.base));
+        let request = match who {
+            As::Key(key) => request.header("x-api-key", key),
+            _ => request,
+        };
+        async move {
+            let response = request.send().await.expect("send");
+            let status = response.status().as_u16();
+            let text = response.text().await.expect("body");
+            (status, text)
+        }
+    };
+    let (status, alice_file) = export(world.alice_writer.clone(), "user_id=alice").await;
+    assert_eq!(status, 200, "{alice_file}");
+    assert!(alice_file.contains("alice likes oolong tea") && !alice_file.contains("matcha"), "{alice_file}");
+    for query in ["user_id=bob", ""] {
+        let (status, body) = export(world.alice_writer.clone(), query).await;
+        assert_eq!(status, 403, "{query}: {body}");
+    }
+    let (status, whole) = export(world.acme_admin.clone(), "").await;
+    assert_eq!(status, 200, "{whole}");
+    assert!(whole.contains("bob likes espresso") && !whole.contains("matcha"), "only acme's: {whole}");
+    let (status, body) = export(world.acme_admin.clone(), "tenant=globex").await;
+    assert_eq!(status, 403, "{body}");
+    let (status, globex) = export(world.admin.clone(), "tenant=globex").await;
+    assert!(status == 200 && globex.contains("matcha"), "the global admin reaches any tenant: {globex}");
+
+    let send = |who: &As, file: &str| {
+        let As::Key(key) = who else { panic!("key") };
+        server
+            .client
+            .post(format!("{}/import", server.base))
+            .header("x-api-key", key)
+            .header("content-type", "application/x-ndjson")
+            .body(file.to_owned())
+            .send()
+    };
+    let reply = Reply::read_public(send(&world.alice_writer, &alice_file).await.expect("send")).await;
+    reply.assert_error(403, "forbidden");
+    // An admin bound to bob: alice's lines are refused, one by one.
+    let (bound, _) =
+        create_key(server, &world.acme_admin, json!({"label": "bob admin", "role": "admin", "user_ids": ["bob"]}))
+            .await;
+    let reply = Reply::read_public(send(&As::Key(bound), &whole).await.expect("send")).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.body["existing"], 1, "bob's memory is there: {}", reply.body);
+    assert_eq!(reply.body["errors"][0]["code"], "forbidden", "{}", reply.body);
+    // Another tenant cannot store memories under ids acme has.
+    let (globex_admin, _) =
+        create_key(server, &world.admin, json!({"label": "globex admin", "role": "admin", "tenant": "globex"})).await;
+    let reply = Reply::read_public(send(&As::Key(globex_admin), &whole).await.expect("send")).await;
+    assert_eq!((reply.body["imported"].clone(), reply.body["failed"].clone()), (json!(0), json!(2)), "{}", reply.body);
+    assert_eq!(reply.body["errors"][0]["code"], "conflict", "{}", reply.body);
+    let acme = call(server, &world.acme_admin, Method::GET, &format!("/memories/{}", world.alice_memory), None).await;
+    assert_eq!(acme.body["memory"], "alice likes oolong tea", "{}", acme.body);
 }

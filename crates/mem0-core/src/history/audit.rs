@@ -40,11 +40,15 @@ pub enum AuditAction {
     /// The write policy refused a text; `detail` names the rule and the field. Nothing of the
     /// call was stored.
     PolicyReject,
+    /// Written to an export file (`GET /export`).
+    Export,
+    /// Stored by an import (`POST /import`).
+    Import,
 }
 
 impl AuditAction {
     /// Every action, in the order of the enum.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 12] = [
         Self::Get,
         Self::List,
         Self::SearchHit,
@@ -55,6 +59,8 @@ impl AuditAction {
         Self::Reset,
         Self::PolicyRedact,
         Self::PolicyReject,
+        Self::Export,
+        Self::Import,
     ];
 
     /// The stored and serialised name (`search_hit`).
@@ -70,6 +76,8 @@ impl AuditAction {
             Self::Reset => "reset",
             Self::PolicyRedact => "policy_redact",
             Self::PolicyReject => "policy_reject",
+            Self::Export => "export",
+            Self::Import => "import",
         }
     }
 

@@ -304,6 +304,42 @@ impl HistoryStore {
         })
     }
 
+    /// Returns the entries of the memories `memory_ids` of `tenant`, oldest first per memory
+    /// (memories without entries are left out): one query per 500 ids.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`].
+    pub async fn for_memories(
+        &self,
+        tenant: &str,
+        memory_ids: &[Uuid],
+    ) -> Result<std::collections::HashMap<Uuid, Vec<HistoryRecord>>> {
+        const CHUNK: usize = 500;
+        let mut found: std::collections::HashMap<Uuid, Vec<HistoryRecord>> = std::collections::HashMap::new();
+        for chunk in memory_ids.chunks(CHUNK) {
+            let placeholders = vec!["?"; chunk.len()].join(", ");
+            let select = format!(
+                "select id, tenant, memory_id, user_id, agent_id, run_id, old_memory, new_memory, event, \
+                 created_at, updated_at, is_deleted, actor_id, role from history where tenant = ? and memory_id in \
+                 ({placeholders}) order by created_at, id"
+            );
+            on_pool!(&self.db, |pool, sql| {
+                let statement = sql(&select);
+                let mut query = sqlx::query(&statement).bind(tenant);
+                for id in chunk {
+                    query = query.bind(id.to_string());
+                }
+                for row in query.fetch_all(pool).await? {
+                    let memory_id: String = row.try_get("memory_id")?;
+                    let memory_id = Uuid::parse_str(&memory_id)
+                        .map_err(|_| Error::Internal(format!("history row: bad memory id {memory_id}")))?;
+                    found.entry(memory_id).or_default().push(history_row(&row, memory_id)?);
+                }
+            });
+        }
+        Ok(found)
+    }
+
     /// Deletes history, messages, queued adds and webhook deliveries (which carry memories'
     /// texts) of `tenant`, or of every tenant when `None`; webhooks stay.
     ///

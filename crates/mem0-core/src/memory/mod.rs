@@ -7,6 +7,7 @@
 //! - `search.rs`: search modes, threshold and reranking (retrieval itself is
 //!   [`crate::retrieval::Retriever`]);
 //! - `admin.rs`: resets, scope listing, re-analysis;
+//! - `transfer.rs`: export and import as JSON lines;
 //! - `limits.rs`: the bounds every operation checks; `requests.rs`: requests and outcomes.
 
 mod add;
@@ -14,6 +15,7 @@ mod admin;
 mod limits;
 mod requests;
 mod search;
+mod transfer;
 mod writes;
 
 use std::collections::HashSet;
@@ -31,6 +33,10 @@ pub use self::limits::{
 pub use self::requests::{
     derived_memory_id, AddOutcome, AddRequest, AddedMemory, ExtractionSettings, ListPage, ListRequest, NumberedPage,
     SearchMode, SearchOutcome, SearchRequest, SourceInput, UpdateRequest, MAX_MEMORIES_PER_ADD,
+};
+pub use self::transfer::{
+    ExportEnd, ExportHeader, ExportLine, ExportPage, ExportedMemory, ImportOutcome, EXPORT_FORMAT, EXPORT_VERSION,
+    MAX_IMPORTED_HISTORY,
 };
 pub use self::writes::FailPoint;
 use crate::decay::{DecayConfig, MemoryRead, ReadSink};

@@ -159,7 +159,7 @@ impl Memory {
     /// A crash after the store transaction leaves the entries in the journal, delivered by
     /// [`Memory::recover`] at the next start, so a committed change always gets its history and
     /// history never describes a change that did not happen.
-    async fn commit(
+    pub(super) async fn commit(
         &self,
         mut write: WriteSet,
         history: Vec<HistoryRecord>,

@@ -367,6 +367,9 @@ pub struct WriteSet {
     /// check runs inside the transaction under a lock per tenant and scope, so concurrent writers
     /// (replicas too) cannot both store the same fact.
     pub unique_in: Option<ScopedQuery>,
+    /// When set, inserts whose id a stored memory (of any tenant) already has are skipped
+    /// (reported in [`Applied::skipped`], like `unique_in`): imports are idempotent by id.
+    pub skip_existing_ids: bool,
     /// Rows that must still carry these `updated_at` values (checked first); otherwise the write
     /// fails with [`Error::Conflict`] and changes nothing. Guards undo and re-analysis against
     /// overwriting a change made meanwhile.
@@ -387,7 +390,8 @@ pub struct Applied {
     pub previous_links: Vec<EntityLink>,
     /// Delete targets that did not exist (with `skip_missing`).
     pub missing: Vec<Uuid>,
-    /// Inserts skipped because their hash was already there (with `unique_in`).
+    /// Inserts skipped because their hash (with `unique_in`) or their id (with
+    /// `skip_existing_ids`) was already there.
     pub skipped: Vec<Uuid>,
 }
 
@@ -407,6 +411,16 @@ pub(crate) fn without_known(
     let (skipped, kept): (Vec<&MemoryRecord>, Vec<&MemoryRecord>) =
         write.insert.iter().partition(|record| known.contains(&record.hash));
     (kept.into_iter().cloned().collect(), skipped.into_iter().map(|record| record.id).collect())
+}
+
+/// `inserts` without those whose id is in `existing`, and the ids left out.
+pub(crate) fn without_ids(
+    inserts: Vec<MemoryRecord>,
+    existing: &std::collections::HashSet<Uuid>,
+) -> (Vec<MemoryRecord>, Vec<Uuid>) {
+    let (skipped, kept): (Vec<MemoryRecord>, Vec<MemoryRecord>) =
+        inserts.into_iter().partition(|record| existing.contains(&record.id));
+    (kept, skipped.into_iter().map(|record| record.id).collect())
 }
 
 /// The links of `write` without those of skipped inserts.
@@ -457,7 +471,8 @@ impl WriteSet {
             tenant: self.tenant.clone(),
             insert: applied.deleted.clone(),
             update: applied.replaced.clone(),
-            delete: self.insert.iter().map(|record| record.id).collect(),
+            // Skipped inserts were somebody else's rows: never undone.
+            delete: self.insert.iter().map(|record| record.id).filter(|id| !applied.skipped.contains(id)).collect(),
             skip_missing: true,
             relink: self.relink.clone(),
             links: applied.previous_links.clone(),
@@ -465,10 +480,17 @@ impl WriteSet {
             journal: Vec::new(),
             settle: journal,
             // Only if nobody changed the rows since: never overwrite a later change.
-            expect: self.insert.iter().chain(&self.update).map(|record| (record.id, record.updated_at)).collect(),
+            expect: self
+                .insert
+                .iter()
+                .filter(|record| !applied.skipped.contains(&record.id))
+                .chain(&self.update)
+                .map(|record| (record.id, record.updated_at))
+                .collect(),
             history: Vec::new(),
             messages: Vec::new(),
             unique_in: None,
+            skip_existing_ids: false,
             // The chains are a function of their rows: resolved again without this change's rows,
             // they are what they were before it.
             resolve: self.resolve.clone(),

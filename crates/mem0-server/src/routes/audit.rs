@@ -25,7 +25,7 @@ pub struct AuditQueryParams {
     #[param(format = Uuid)]
     pub memory_id: Option<String>,
     /// Only these actions, comma-separated (`get,search_hit`): get, list, search_hit, history,
-    /// add, update, delete, reset, policy_redact, policy_reject.
+    /// add, update, delete, reset, policy_redact, policy_reject, export, import.
     pub action: Option<String>,
     /// Only entries at or after this time (RFC 3339).
     #[param(format = DateTime, example = "2026-12-01T00:00:00Z")]

@@ -10,6 +10,7 @@ pub mod policy;
 pub mod requests;
 pub mod scopes;
 pub mod search;
+pub mod transfer;
 
 use mem0_core::Scope;
 use serde::de::Error as _;
@@ -44,7 +45,13 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// registered, so a new route cannot be left out of (or put into the wrong) class silently.
 pub fn api_groups() -> Vec<(RouteClass, OpenApiRouter<AppState>)> {
     vec![
-        (RouteClass::Read, memories::read_routes().merge(search::read_routes()).merge(crate::jobs::read_routes())),
+        (
+            RouteClass::Read,
+            memories::read_routes()
+                .merge(search::read_routes())
+                .merge(crate::jobs::read_routes())
+                .merge(transfer::read_routes()),
+        ),
         (RouteClass::Write, memories::write_routes()),
         (
             RouteClass::Admin,
@@ -56,7 +63,8 @@ pub fn api_groups() -> Vec<(RouteClass, OpenApiRouter<AppState>)> {
                 .merge(requests::router())
                 .merge(audit::router())
                 .merge(policy::router())
-                .merge(crate::webhooks::router()),
+                .merge(crate::webhooks::router())
+                .merge(transfer::admin_routes()),
         ),
     ]
 }

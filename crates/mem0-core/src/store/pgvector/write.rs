@@ -177,6 +177,21 @@ pub(super) async fn apply_in(executor: &mut sqlx::PgConnection, write: &WriteSet
         }
         None => std::borrow::Cow::Borrowed(&write.insert),
     };
+    let inserts = if write.skip_existing_ids && !inserts.is_empty() {
+        let ids: Vec<Uuid> = inserts.iter().map(|record| record.id).collect();
+        let existing: std::collections::HashSet<Uuid> =
+            sqlx::query_scalar("select id from memories where id = any($1)")
+                .bind(&ids)
+                .fetch_all(&mut *executor)
+                .await?
+                .into_iter()
+                .collect();
+        let (kept, skipped) = crate::store::without_ids(inserts.into_owned(), &existing);
+        applied.skipped.extend(skipped);
+        std::borrow::Cow::Owned(kept)
+    } else {
+        inserts
+    };
     insert_rows(executor, &inserts).await?;
     resolve_states(executor, write).await?;
     if !write.relink.is_empty() {

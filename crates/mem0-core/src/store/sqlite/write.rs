@@ -297,6 +297,25 @@ pub(super) async fn apply_in(executor: &mut sqlx::SqliteConnection, write: &Writ
         }
         None => std::borrow::Cow::Borrowed(&write.insert),
     };
+    let inserts = if write.skip_existing_ids && !inserts.is_empty() {
+        let mut existing = std::collections::HashSet::new();
+        for chunk in inserts.chunks(FETCH_CHUNK) {
+            let placeholders = vec!["?"; chunk.len()].join(", ");
+            let statement = format!("select id from memories where id in ({placeholders})");
+            let mut select = sqlx::query_scalar::<_, String>(&statement);
+            for record in chunk {
+                select = select.bind(record.id.to_string());
+            }
+            for id in select.fetch_all(&mut *executor).await? {
+                existing.insert(Uuid::parse_str(&id).map_err(|_| Error::Internal(format!("bad memory id {id}")))?);
+            }
+        }
+        let (kept, skipped) = crate::store::without_ids(inserts.into_owned(), &existing);
+        applied.skipped.extend(skipped);
+        std::borrow::Cow::Owned(kept)
+    } else {
+        inserts
+    };
     for record in inserts.iter() {
         insert_one(executor, record).await?;
     }
