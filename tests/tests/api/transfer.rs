@@ -305,3 +305,27 @@ async fn ten_thousand_memories_go_out_and_back_in_pages() {
         exported[1..=COUNT].iter().filter_map(|line| line["id"].as_str()).collect();
     assert_eq!(ids.len(), COUNT, "every memory once");
 }
+
+/// Two clients sending one file at once (a retry while the first is still running): each memory
+/// is stored once, and neither import fails.
+#[tokio::test]
+async fn concurrent_imports_of_one_file_store_each_memory_once() {
+    for kind in [StoreKind::Sqlite, StoreKind::Postgres] {
+        let server = TestServer::start_on(kind, test_settings(), local_embedder().await).await;
+        let header = export(&server, "user_id=erin&embeddings=true").await[0].clone();
+        let dimension = header["dimension"].as_u64().expect("dimension") as usize;
+        let mut embedding = vec![0.0f32; dimension];
+        embedding[1] = 1.0;
+        let mut lines = vec![header];
+        lines.extend((0..1_000).map(|index| memory_line(index, &embedding)));
+        lines.push(json!({"type": "end", "count": 1_000}));
+        let (first, second) = tokio::join!(import(&server, &lines), import(&server, &lines));
+        for reply in [&first, &second] {
+            assert_eq!(reply.status, 200, "{kind:?}: {}", reply.body);
+        }
+        let imported = first.body["imported"].as_u64().unwrap_or(0) + second.body["imported"].as_u64().unwrap_or(0);
+        let failed = first.body["failed"].as_u64().unwrap_or(0) + second.body["failed"].as_u64().unwrap_or(0);
+        assert_eq!((imported, failed), (1_000, 0), "{kind:?}: {} / {}", first.body, second.body);
+        assert_eq!(memories(&export(&server, "user_id=erin").await).len(), 1_000);
+    }
+}

@@ -474,11 +474,23 @@ impl Memory {
         // Imports restore what happened before: they are not news for webhooks.
         let quiet = Self { events: None, ..self.clone() };
         let applied = quiet.commit(write, history, None).await?;
+        // Skipped in the transaction: stored meanwhile by a concurrent import of the same file
+        // (then it is the tenant's), or another tenant's id.
+        let mine: HashSet<Uuid> = if applied.skipped.is_empty() {
+            HashSet::new()
+        } else {
+            self.store.get_many(&caller.tenant, &applied.skipped).await?.into_iter().map(|record| record.id).collect()
+        };
         for id in inserted {
-            if applied.skipped.contains(&id) {
+            if mine.contains(&id) {
+                outcome.existing.push(id);
+            } else if applied.skipped.contains(&id) {
                 let line = lines_of.get(&id).copied().unwrap_or_default();
-                let error = Error::Conflict(format!("memory {id} exists (in another tenant, or imported meanwhile)"));
-                outcome.failed.push((line, Some(id), error));
+                outcome.failed.push((
+                    line,
+                    Some(id),
+                    Error::Conflict(format!("memory {id} belongs to another tenant")),
+                ));
             } else {
                 outcome.imported.push(id);
             }

@@ -178,6 +178,9 @@ pub(super) async fn apply_in(executor: &mut sqlx::PgConnection, write: &WriteSet
         None => std::borrow::Cow::Borrowed(&write.insert),
     };
     let inserts = if write.skip_existing_ids && !inserts.is_empty() {
+        // Concurrent imports of one file take turns here, so the second sees the first's rows
+        // (rather than failing on the primary key).
+        sqlx::query("select pg_advisory_xact_lock(hashtextextended('import-ids', 0))").execute(&mut *executor).await?;
         let ids: Vec<Uuid> = inserts.iter().map(|record| record.id).collect();
         let existing: std::collections::HashSet<Uuid> =
             sqlx::query_scalar("select id from memories where id = any($1)")
