@@ -191,6 +191,7 @@ pub struct TestServer {
     request_log: mem0_server::background_log::RequestLogWriter,
     audit: mem0_server::background_log::AuditWriter,
     reads: mem0_server::background_log::ReadWriter,
+    usage: mem0_server::background_log::UsageWriter,
     /// The Postgres database of a pgvector server (dropped with the server; `None` for a
     /// replica, which uses the first server's).
     pub database: Option<TestDatabase>,
@@ -281,6 +282,7 @@ impl TestServer {
         let request_log = state.request_log.clone();
         let audit = state.audit.clone();
         let reads = state.reads.clone();
+        let usage = state.usage.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -297,6 +299,7 @@ impl TestServer {
             request_log,
             audit,
             reads,
+            usage,
             database: None,
             kind,
             _dir: dir,
@@ -372,6 +375,11 @@ impl TestServer {
     /// the background; an event is queued before its response is sent).
     pub async fn flush_audit(&self) {
         self.audit.flush().await;
+    }
+
+    /// Waits until the token counters hold every LLM call of the requests answered so far.
+    pub async fn flush_usage(&self) {
+        self.usage.flush().await;
     }
 
     /// Waits until the read log holds every read of the requests answered so far.

@@ -1,8 +1,8 @@
 //! One suite, both history providers: the SQLite history volume and the history in the Postgres
 //! database of the store (`memory.history.provider = "postgres"`). History entries, the
 //! conversation buffer (under concurrent writers from two handles, as two replicas would be),
-//! API keys seen by another handle on the same database, the request log, the audit trail and
-//! stored settings.
+//! API keys seen by another handle on the same database, the request log, the audit trail,
+//! stored settings, queued adds, webhooks and the LLM token counters.
 
 use std::sync::Arc;
 
@@ -635,5 +635,66 @@ async fn webhook_deliveries_fan_out_are_claimed_once_retried_and_disable_a_dead_
         assert!(one.delete("t", all.id).await.expect("delete"), "{name}");
         assert!(!one.delete("t", all.id).await.expect("delete again"), "{name}");
         assert!(one.deliveries("t", all.id, 10).await.expect("deliveries").is_empty(), "{name}: deliveries go with it");
+    }
+}
+
+/// LLM token counters add up per tenant, day, provider, model and purpose, from concurrent
+/// writers (two replicas), and are read back by period.
+#[tokio::test]
+async fn llm_usage_counters_add_up_per_day_model_and_purpose() {
+    use mem0_core::history::LlmCall;
+    for provider in providers().await {
+        let name = provider.name;
+        let day = |text: &str| text.parse::<chrono::NaiveDate>().expect("day");
+        let call = |tenant: &str, at: &str, model: &str, purpose: &str, prompt: u64| LlmCall {
+            tenant: tenant.to_owned(),
+            at: chrono::DateTime::parse_from_rfc3339(at).expect("time").with_timezone(&Utc),
+            provider: "openai".to_owned(),
+            model: model.to_owned(),
+            purpose: purpose.to_owned(),
+            prompt_tokens: prompt,
+            completion_tokens: prompt / 10,
+        };
+        let batch: Vec<LlmCall> = vec![
+            call("acme", "2026-11-30T23:59:59Z", "m1", "extraction", 100),
+            call("acme", "2026-12-01T00:00:00Z", "m1", "extraction", 200),
+            call("acme", "2026-12-01T10:00:00Z", "m1", "extraction", 300),
+            call("acme", "2026-12-01T10:00:00Z", "m1", "rerank", 50),
+            call("acme", "2026-12-01T11:00:00Z", "m2", "extraction", 70),
+            call("globex", "2026-12-01T10:00:00Z", "m1", "extraction", 999),
+        ];
+        let (first, second) = (provider.first.usage_log(), provider.second.usage_log());
+        let writers: Vec<_> = (0..8)
+            .map(|index| {
+                let log = if index % 2 == 0 { first.clone() } else { second.clone() };
+                let batch = batch.clone();
+                tokio::spawn(async move { log.append(&batch).await })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.expect("task").expect("append");
+        }
+        let rows = first.list("acme", day("2026-12-01"), day("2026-12-01")).await.expect("list");
+        let summary: Vec<(String, String, u64, u64, u64)> = rows
+            .iter()
+            .map(|row| (row.model.clone(), row.purpose.clone(), row.calls, row.prompt_tokens, row.completion_tokens))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("m1".to_owned(), "extraction".to_owned(), 16, 4_000, 400),
+                ("m1".to_owned(), "rerank".to_owned(), 8, 400, 40),
+                ("m2".to_owned(), "extraction".to_owned(), 8, 560, 56),
+            ],
+            "{name}: eight writers of the same batch, the day before left out"
+        );
+        let both = second.list("acme", day("2026-11-01"), day("2026-12-31")).await.expect("list");
+        assert_eq!(both.len(), 4, "{name}: {both:?}");
+        assert_eq!(both[0].day, day("2026-11-30"), "{name}: by day");
+        let other = first.list("globex", day("2026-12-01"), day("2026-12-01")).await.expect("list");
+        assert_eq!(other.iter().map(|row| row.prompt_tokens).sum::<u64>(), 8 * 999, "{name}");
+        // A reset of the tenant's memories and history keeps what was spent.
+        provider.first.reset(Some("acme")).await.expect("reset");
+        assert_eq!(first.list("acme", day("2026-12-01"), day("2026-12-01")).await.expect("list").len(), 3, "{name}");
     }
 }

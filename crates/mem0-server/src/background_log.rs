@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use mem0_core::decay::{MemoryRead, ReadSink};
-use mem0_core::history::{AuditEntry, AuditEvent, AuditLog, AuditSink, RequestLog, RequestLogEntry};
+use mem0_core::history::{
+    AuditEntry, AuditEvent, AuditLog, AuditSink, LlmCall, RequestLog, RequestLogEntry, UsageLog, UsageSink,
+};
 use mem0_core::store::VectorStore;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
@@ -230,6 +232,29 @@ impl<S: Sink> LogWriter<S> {
                 tracing::warn!(dropped = after, "{} queue full: entries dropped", S::NAME);
             }
         }
+    }
+}
+
+/// The LLM token counters (kept; never pruned by age).
+impl Sink for UsageLog {
+    type Entry = LlmCall;
+    const NAME: &'static str = "llm usage";
+
+    fn append(&self, entries: &[LlmCall]) -> impl Future<Output = mem0_core::Result<()>> + Send {
+        UsageLog::append(self, entries)
+    }
+
+    fn prune(&self, _cutoff: DateTime<Utc>) -> impl Future<Output = mem0_core::Result<u64>> + Send {
+        std::future::ready(Ok(0))
+    }
+}
+
+/// The token counters' writer: the [`UsageSink`] the memory service reports LLM calls to.
+pub type UsageWriter = LogWriter<UsageLog>;
+
+impl UsageSink for LogWriter<UsageLog> {
+    fn record(&self, calls: Vec<LlmCall>) {
+        self.record_all(calls);
     }
 }
 

@@ -192,6 +192,12 @@ async fn assemble_state_at(memory: Memory, settings: Settings, config_version: i
         &background_log::RetainedLogSettings { enabled: true, retention_days: 1 },
     );
     let memory = memory.with_reads(Some(Arc::new(reads.clone()) as Arc<dyn mem0_core::decay::ReadSink>));
+    // LLM calls, counted per tenant, day, model and purpose (GET /usage).
+    let usage = background_log::UsageWriter::spawn(
+        memory.history_store().usage_log(),
+        &background_log::RetainedLogSettings { enabled: true, retention_days: 1 },
+    );
+    let memory = memory.with_usage(Some(Arc::new(usage.clone()) as Arc<dyn mem0_core::history::UsageSink>));
     let webhooks = webhooks::WebhookService::spawn(memory.history_store().webhooks(), &settings.webhooks);
     let memory = memory.with_events(webhooks.sink(&settings.webhooks));
     let memory_handle = Arc::new(state::MemoryHandle::new(memory, configure::RuntimeConfig::from_settings(&settings)));
@@ -234,6 +240,7 @@ async fn assemble_state_at(memory: Memory, settings: Settings, config_version: i
         audit,
         audit_log,
         reads,
+        usage,
         api_keys,
         draining: Arc::default(),
         jobs: jobs::JobQueue::new(memory_handle_jobs),
@@ -265,7 +272,13 @@ pub async fn serve(
     let grace = Duration::from_secs(state.settings.server.shutdown_grace_secs);
     let closing = Arc::new(tokio::sync::Notify::new());
     let closed = Arc::clone(&closing);
-    let logs = (state.request_log.clone(), state.audit.clone(), state.reads.clone(), state.webhooks.events.clone());
+    let logs = (
+        state.request_log.clone(),
+        state.audit.clone(),
+        state.reads.clone(),
+        state.usage.clone(),
+        state.webhooks.events.clone(),
+    );
     let signal = async move {
         shutdown.await;
         draining.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -300,10 +313,12 @@ pub async fn serve(
             Ok(())
         }
     };
-    // What the requests queued for the request log, the audit trail, the read log and webhooks is written
-    // before the process ends (bounded: a database that is gone must not hold the exit).
-    let (request_log, audit, reads, events) = logs;
-    let written = async { tokio::join!(request_log.flush(), audit.flush(), reads.flush(), events.flush()) };
+    // What the requests queued for the request log, the audit trail, the read log, the token
+    // counters and webhooks is written before the process ends (bounded: a database that is gone
+    // must not hold the exit).
+    let (request_log, audit, reads, usage, events) = logs;
+    let written =
+        async { tokio::join!(request_log.flush(), audit.flush(), reads.flush(), usage.flush(), events.flush()) };
     if tokio::time::timeout(LOG_FLUSH_AT_EXIT, written).await.is_err() {
         tracing::warn!("the logs were not all written within {LOG_FLUSH_AT_EXIT:?} of shutdown: entries may be lost");
     }

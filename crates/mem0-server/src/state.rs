@@ -9,7 +9,7 @@ use mem0_core::history::{AuditLog, RequestLog};
 use mem0_core::{Caller, Memory};
 
 use crate::auth::Authenticator;
-use crate::background_log::{AuditWriter, ReadWriter, RequestLogWriter};
+use crate::background_log::{AuditWriter, ReadWriter, RequestLogWriter, UsageWriter};
 use crate::config::Settings;
 use crate::error::{ApiError, ErrorCode};
 use crate::rate_limit::Limits;
@@ -69,6 +69,8 @@ pub struct AppState {
     pub audit_log: AuditLog,
     /// Where the memory service reports reads (tests flush it before searching with decay).
     pub reads: ReadWriter,
+    /// Where the memory service reports LLM calls (token accounting).
+    pub usage: UsageWriter,
     /// The API keys.
     pub api_keys: ApiKeys,
     /// Set when a shutdown began: `/ready` answers 503 `draining` from then on.

@@ -28,4 +28,5 @@ mod security;
 mod startup;
 mod state;
 mod transfer;
+mod usage;
 mod webhooks;

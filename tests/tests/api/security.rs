@@ -175,6 +175,7 @@ fn protected_routes(memory: &str) -> Vec<(Method, String, Option<Value>)> {
         (Method::GET, format!("/webhooks/{}/deliveries", uuid::Uuid::new_v4()), None),
         (Method::GET, "/export?user_id=alice".into(), None),
         (Method::POST, "/import".into(), Some(json!({"type": "end", "count": 0}))),
+        (Method::GET, "/usage".into(), None),
         // Unknown routes and methods are behind the guard too: no probing without credentials.
         (Method::GET, "/nope".into(), None),
         (Method::PATCH, "/memories".into(), None),
@@ -465,6 +466,7 @@ async fn roles_gate_writes_and_admin_routes() {
             (Method::POST, "/webhooks".to_owned(), Some(json!({"url": "http://127.0.0.1:9/hook"}))),
             (Method::GET, "/export".to_owned(), None),
             (Method::POST, "/import".to_owned(), Some(json!({"type": "end", "count": 0}))),
+            (Method::GET, "/usage".to_owned(), None),
         ] {
             call(server, who, method, &path, body).await.assert_error(403, "forbidden");
         }

@@ -10,6 +10,7 @@ mod idempotency;
 mod jobs;
 mod request_log;
 mod settings;
+mod usage;
 mod webhooks;
 
 pub use self::audit::{AuditAction, AuditEntry, AuditEvent, AuditLog, AuditQuery, AuditSink};
@@ -18,6 +19,7 @@ pub use self::idempotency::{Claim, Idempotency, StoredResponse, IDEMPOTENCY_TTL_
 pub use self::jobs::{Job, JobStatus, Jobs};
 pub use self::request_log::{RequestLog, RequestLogEntry};
 pub use self::settings::{read_postgres_setting, StoredSetting};
+pub use self::usage::{LlmCall, UsageLog, UsageRow, UsageSink};
 pub use self::webhooks::{Attempt, Claimed, Delivery, DeliveryStatus, Event, EventKind, EventSink, Webhook, Webhooks};
 
 use std::path::Path;
@@ -267,6 +269,11 @@ impl HistoryStore {
     /// Returns the audit trail.
     pub fn audit_log(&self) -> AuditLog {
         AuditLog::new(self.db.clone())
+    }
+
+    /// Returns the LLM token counters.
+    pub fn usage_log(&self) -> UsageLog {
+        UsageLog::new(self.db.clone())
     }
 
     /// Delivers history entries and buffered conversation messages in one transaction, then

@@ -218,6 +218,7 @@ impl Memory {
             json: true,
         };
         let response = complete_logged(llm.as_ref(), &llm_request, "extraction").await?;
+        self.note_llm_call(&caller.tenant, llm.provider(), llm.model(), "extraction", response.usage);
         let facts = match extraction::parse_facts(&response.text) {
             Ok(facts) => facts,
             Err(reason) => {
@@ -402,7 +403,8 @@ impl Memory {
             ],
             json: false,
         };
-        let response = complete_logged(llm.as_ref(), &llm_request, "procedural memory").await?;
+        let response = complete_logged(llm.as_ref(), &llm_request, "procedural_memory").await?;
+        self.note_llm_call(&caller.tenant, llm.provider(), llm.model(), "procedural_memory", response.usage);
         let summary = extraction::clean_summary(&response.text);
         if summary.is_empty() {
             return Err(ProviderError::new(

@@ -42,7 +42,9 @@ pub use self::writes::FailPoint;
 use crate::decay::{DecayConfig, MemoryRead, ReadSink};
 use crate::error::{Error, Result};
 use crate::filter::Filter;
-use crate::history::{AuditAction, AuditEvent, AuditSink, Event, EventKind, EventSink, HistoryStore};
+use crate::history::{
+    AuditAction, AuditEvent, AuditSink, Event, EventKind, EventSink, HistoryStore, LlmCall, UsageSink,
+};
 use crate::policy::{Checked, Policy};
 use crate::providers::embedder::Embedder;
 use crate::providers::llm::Llm;
@@ -68,6 +70,8 @@ pub struct Memory {
     audit: Option<Arc<dyn AuditSink>>,
     /// Where reads of memories are reported for decay by use; `None` records nothing.
     reads: Option<Arc<dyn ReadSink>>,
+    /// Where LLM calls are reported for token accounting; `None` records nothing.
+    usage: Option<Arc<dyn UsageSink>>,
     /// Where each stored change (`memory.added`, `.updated`, `.deleted`) is reported for the
     /// tenant's webhooks; `None` reports nothing.
     events: Option<Arc<dyn EventSink>>,
@@ -110,6 +114,7 @@ impl Memory {
             policy: Arc::new(Policy::default()),
             audit: None,
             reads: None,
+            usage: None,
             events: None,
             decay: DecayConfig::default(),
             fail_point: None,
@@ -162,6 +167,36 @@ impl Memory {
     pub fn with_reads(mut self, sink: Option<Arc<dyn ReadSink>>) -> Self {
         self.reads = sink;
         self
+    }
+
+    /// Returns the service reporting every LLM call it makes (with its tenant, model, purpose and
+    /// tokens) to `sink`, for token accounting.
+    #[must_use]
+    pub fn with_usage(mut self, sink: Option<Arc<dyn UsageSink>>) -> Self {
+        self.usage = sink;
+        self
+    }
+
+    /// Reports one LLM call made for `tenant`.
+    fn note_llm_call(
+        &self,
+        tenant: &str,
+        provider: &str,
+        model: &str,
+        purpose: &str,
+        usage: crate::providers::llm::TokenUsage,
+    ) {
+        if let Some(sink) = &self.usage {
+            sink.record(vec![LlmCall {
+                tenant: tenant.to_owned(),
+                at: Utc::now(),
+                provider: provider.to_owned(),
+                model: model.to_owned(),
+                purpose: purpose.to_owned(),
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+            }]);
+        }
     }
 
     /// Returns the service reporting every change it stores to `sink` (for webhooks).

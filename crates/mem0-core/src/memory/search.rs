@@ -147,8 +147,13 @@ impl Memory {
                 Some(reranker) => {
                     scored.truncate(self.rerank_candidates.max(request.top_k));
                     let documents: Vec<String> = scored.iter().map(|(record, _)| record.memory.clone()).collect();
-                    match reranker.rerank(query_text, &documents).await {
-                        Ok(scores) => rerank_scores = Some(scores),
+                    match reranker.rerank_with_cost(query_text, &documents).await {
+                        Ok((scores, cost)) => {
+                            if let Some(cost) = cost {
+                                self.note_llm_call(&caller.tenant, cost.provider, &cost.model, "rerank", cost.usage);
+                            }
+                            rerank_scores = Some(scores);
+                        }
                         Err(error) => {
                             warn!(reranker = reranker.name(), %error, "reranker failed; keeping the fused order");
                             warnings.push(format!(

@@ -30,6 +30,29 @@ pub trait Reranker: Debug + Send + Sync + 'static {
     /// # Errors
     /// A classified [`ProviderError`].
     async fn rerank(&self, query: &str, documents: &[String]) -> Result<Vec<f32>, ProviderError>;
+
+    /// Like [`Reranker::rerank`], with the LLM call it made (for token accounting), if any.
+    ///
+    /// # Errors
+    /// A classified [`ProviderError`].
+    async fn rerank_with_cost(
+        &self,
+        query: &str,
+        documents: &[String],
+    ) -> Result<(Vec<f32>, Option<RerankCost>), ProviderError> {
+        Ok((self.rerank(query, documents).await?, None))
+    }
+}
+
+/// The LLM call of a rerank, as the provider reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RerankCost {
+    /// The LLM's provider.
+    pub provider: &'static str,
+    /// Its model.
+    pub model: String,
+    /// The tokens of the call.
+    pub usage: crate::providers::llm::TokenUsage,
 }
 
 /// Which reranker to build.
@@ -282,6 +305,14 @@ impl Reranker for LlmReranker {
     }
 
     async fn rerank(&self, query: &str, documents: &[String]) -> Result<Vec<f32>, ProviderError> {
+        Ok(self.rerank_with_cost(query, documents).await?.0)
+    }
+
+    async fn rerank_with_cost(
+        &self,
+        query: &str,
+        documents: &[String],
+    ) -> Result<(Vec<f32>, Option<RerankCost>), ProviderError> {
         let mut prompt = format!("Question: {query}\n\nMemories:\n");
         for (index, document) in documents.iter().enumerate() {
             prompt.push_str(&format!("{}. {}\n", index + 1, truncate(document).replace('\n', " ")));
@@ -302,7 +333,7 @@ impl Reranker for LlmReranker {
         if grades.len() != documents.len() {
             return Err(bad(format!("{} grades for {} memories", grades.len(), documents.len())));
         }
-        grades
+        let scores = grades
             .iter()
             .map(|grade| {
                 let number = grade.as_f64().or_else(|| grade.as_str().and_then(|text| text.trim().parse().ok()));
@@ -310,7 +341,10 @@ impl Reranker for LlmReranker {
                     .map(|grade| (grade / 10.0).clamp(0.0, 1.0) as f32)
                     .ok_or_else(|| bad(format!("grade {grade} is not a number")))
             })
-            .collect()
+            .collect::<Result<Vec<f32>, ProviderError>>()?;
+        let cost =
+            RerankCost { provider: self.llm.provider(), model: self.llm.model().to_owned(), usage: response.usage };
+        Ok((scores, Some(cost)))
     }
 }
 

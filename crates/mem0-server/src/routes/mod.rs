@@ -11,6 +11,7 @@ pub mod requests;
 pub mod scopes;
 pub mod search;
 pub mod transfer;
+pub mod usage;
 
 use mem0_core::Scope;
 use serde::de::Error as _;
@@ -64,7 +65,8 @@ pub fn api_groups() -> Vec<(RouteClass, OpenApiRouter<AppState>)> {
                 .merge(audit::router())
                 .merge(policy::router())
                 .merge(crate::webhooks::router())
-                .merge(transfer::admin_routes()),
+                .merge(transfer::admin_routes())
+                .merge(usage::router()),
         ),
     ]
 }
