@@ -479,3 +479,38 @@ async fn time_relative_to_an_event_in_the_query() {
     );
     assert!(unknown.body["temporal"].get("to").is_none(), "{}", unknown.body);
 }
+
+/// Relative to an event, earlier values of a key are left out by the stores, not after the
+/// ranking: a search still returns `top_k` results when many values of the key match the query
+/// better than anything else.
+#[tokio::test]
+async fn a_search_relative_to_an_event_still_returns_top_k() {
+    let server = TestServer::start().await;
+    let cities = ["Oslo", "Rome", "Paris", "Madrid", "Vienna", "Prague", "Dublin", "Lisbon", "Boston"];
+    for (index, city) in cities.iter().enumerate() {
+        say(&server, &format!("I live in {city}"), &format!("{}-01-01T00:00:00Z", 2010 + index)).await;
+    }
+    say(&server, "I moved to San Francisco", "2026-03-01T00:00:00Z").await;
+    server.add_texts("ann", &["I like sourdough bread", "I play chess", "My dog is called Rex"], json!({})).await;
+    // Dense search asks the store for exactly `top_k`; hybrid for a pool of candidates.
+    for mode in ["dense", "hybrid"] {
+        let reply = server
+            .post(
+                "/search",
+                json!({"query": "Where did the user live before the move?", "user_id": "ann", "threshold": 0.0,
+                       "top_k": 4, "mode": mode}),
+            )
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let found = texts(&reply.body["results"]);
+        assert_eq!(found.len(), 4, "{mode}: {found:?}");
+        assert!(found.contains(&"I live in Boston".to_owned()), "{mode}: {found:?}");
+        assert!(
+            !found.iter().any(|text| text.contains("Lisbon") || text.contains("San Francisco")),
+            "{mode}: {found:?}"
+        );
+        for other in ["I like sourdough bread", "I play chess", "My dog is called Rex"] {
+            assert!(found.contains(&other.to_owned()), "{mode}: {found:?}");
+        }
+    }
+}

@@ -217,8 +217,7 @@ impl Memory {
             ],
             json: true,
         };
-        let response = complete_logged(llm.as_ref(), &llm_request, "extraction").await?;
-        self.note_llm_call(&caller.tenant, llm.provider(), llm.model(), "extraction", response.usage);
+        let response = self.complete_counted(caller, llm.as_ref(), &llm_request, "extraction").await?;
         let facts = match extraction::parse_facts(&response.text) {
             Ok(facts) => facts,
             Err(reason) => {
@@ -403,8 +402,7 @@ impl Memory {
             ],
             json: false,
         };
-        let response = complete_logged(llm.as_ref(), &llm_request, "procedural_memory").await?;
-        self.note_llm_call(&caller.tenant, llm.provider(), llm.model(), "procedural_memory", response.usage);
+        let response = self.complete_counted(caller, llm.as_ref(), &llm_request, "procedural_memory").await?;
         let summary = extraction::clean_summary(&response.text);
         if summary.is_empty() {
             return Err(ProviderError::new(
@@ -461,6 +459,28 @@ impl Memory {
         Ok(page.records.into_iter().map(|record| record.hash).collect())
     }
 
+    /// Runs one LLM call for `caller`, logs its token usage and reports it for token accounting
+    /// (`purpose`: what the call was for).
+    async fn complete_counted(
+        &self,
+        caller: &Caller,
+        llm: &dyn Llm,
+        request: &LlmRequest,
+        purpose: &'static str,
+    ) -> Result<LlmResponse> {
+        let response = llm.complete(request).await?;
+        info!(
+            purpose,
+            provider = llm.provider(),
+            model = llm.model(),
+            prompt_tokens = response.usage.prompt_tokens,
+            completion_tokens = response.usage.completion_tokens,
+            "llm call"
+        );
+        self.note_llm_call(&caller.tenant, llm.provider(), llm.model(), purpose, response.usage);
+        Ok(response)
+    }
+
     /// Embeds texts and the distinct entity names in one batch call; returns the texts' vectors
     /// in order and the names' vectors by name.
     pub(super) async fn embed_with_entities(
@@ -487,20 +507,6 @@ impl Memory {
         let name_vectors = vectors.split_off(texts.len());
         Ok((vectors, distinct.into_iter().zip(name_vectors).collect()))
     }
-}
-
-/// Runs one LLM call and logs its token usage (`purpose`: what the call was for).
-pub(super) async fn complete_logged(llm: &dyn Llm, request: &LlmRequest, purpose: &'static str) -> Result<LlmResponse> {
-    let response = llm.complete(request).await?;
-    info!(
-        purpose,
-        provider = llm.provider(),
-        model = llm.model(),
-        prompt_tokens = response.usage.prompt_tokens,
-        completion_tokens = response.usage.completion_tokens,
-        "llm call"
-    );
-    Ok(response)
 }
 
 /// The entity links of new records, one per (record, entity) with a usable name.

@@ -79,14 +79,17 @@ impl Memory {
                     Some(anchor) if anchor.side == temporal::Side::Before => to - chrono::Duration::microseconds(1),
                     _ => from,
                 };
-                let everything = ScopedQuery { include_superseded: true, ..query.clone() };
-                let mut found = self.retrieve(&everything, query_text, &request, &mut None).await?;
-                found.retain(|(record, _)| {
-                    record.state.state_key.is_none()
-                        || (record.effective_time() < to
-                            && record.state.valid_to.is_none_or(|valid_to| valid_to > keyed_from))
-                });
-                found
+                // As a filter, so the stores apply it and a search still gets `top_k` results.
+                let window = Filter::Or(vec![Filter::Not(Box::new(keyed())), keyed_in(keyed_from, to)]);
+                let everything = ScopedQuery {
+                    include_superseded: true,
+                    filter: Some(match query.filter.clone() {
+                        Some(filter) => Filter::And(vec![filter, window]),
+                        None => window,
+                    }),
+                    ..query.clone()
+                };
+                self.retrieve(&everything, query_text, &request, &mut None).await?
             }
             Some((from, to)) => {
                 // The past is asked for: values superseded since count, within the range.
@@ -253,23 +256,33 @@ impl Memory {
 /// time (else observation time) until its `valid_to`; any other memory by its event time (else
 /// observation time) alone.
 fn time_window(from: DateTime<Utc>, to: DateTime<Utc>) -> Filter {
-    let condition = |field: Field, op: Operator, value: Scalar| {
-        Filter::Condition(Condition { field, op, value: Operand::One(value) })
-    };
-    let when = || Field::Time(TimeField::EventTime);
-    let keyed = || condition(Field::Text(TextField::StateKey), Operator::Gte, Scalar::Text(String::new()));
     Filter::Or(vec![
         Filter::And(vec![
             Filter::Not(Box::new(keyed())),
-            condition(when(), Operator::Gte, Scalar::Time(from)),
-            condition(when(), Operator::Lt, Scalar::Time(to)),
+            condition(Field::Time(TimeField::EventTime), Operator::Gte, Scalar::Time(from)),
+            condition(Field::Time(TimeField::EventTime), Operator::Lt, Scalar::Time(to)),
         ]),
-        Filter::And(vec![
-            keyed(),
-            condition(when(), Operator::Lt, Scalar::Time(to)),
-            // A value still current has no end (null compares false, and NOT makes it true).
-            Filter::Not(Box::new(condition(Field::Time(TimeField::ValidTo), Operator::Lte, Scalar::Time(from)))),
-        ]),
+        keyed_in(from, to),
+    ])
+}
+
+fn condition(field: Field, op: Operator, value: Scalar) -> Filter {
+    Filter::Condition(Condition { field, op, value: Operand::One(value) })
+}
+
+/// Memories with a state key.
+fn keyed() -> Filter {
+    condition(Field::Text(TextField::StateKey), Operator::Gte, Scalar::Text(String::new()))
+}
+
+/// Values of a state key that held at some moment in `[from, to)`: from their event time (else
+/// observation time) until their `valid_to`.
+fn keyed_in(from: DateTime<Utc>, to: DateTime<Utc>) -> Filter {
+    Filter::And(vec![
+        keyed(),
+        condition(Field::Time(TimeField::EventTime), Operator::Lt, Scalar::Time(to)),
+        // A value still current has no end (null compares false, and NOT makes it true).
+        Filter::Not(Box::new(condition(Field::Time(TimeField::ValidTo), Operator::Lte, Scalar::Time(from)))),
     ])
 }
 
