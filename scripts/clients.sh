@@ -2,7 +2,8 @@
 # Runs the clients agents already use, unchanged, against a running server: Mem0's Python SDK
 # (mem0ai from PyPI, pinned with all its dependencies in tests/sdk/python/requirements.txt), its
 # npm SDK (mem0ai, pinned in tests/sdk/js/package-lock.json) and the official MCP client (mcp
-# from PyPI, pinned in tests/mcp/requirements.txt; over /mcp and over `mcp --stdio`). Each test
+# from PyPI, pinned in tests/mcp/requirements.txt; over /mcp and over `mcp --stdio`), and reads
+# /metrics with the Prometheus project's Python parser (tests/metrics/). Each test
 # makes every call with real API keys and checks what comes back (tests/sdk/, tests/mcp/).
 # infer=true adds go to a local stand-in for an OpenAI-compatible LLM (tests/sdk/fake_openai.py);
 # nothing leaves the machine (the SDKs' telemetry is switched off). Runs on the embedded default
@@ -26,6 +27,7 @@ python_env() {
 }
 sdk_venv=$(python_env tests/sdk/python/requirements.txt)
 mcp_venv=$(python_env tests/mcp/requirements.txt)
+metrics_venv=$(python_env tests/metrics/requirements.txt)
 node_dir=$sdk_cache/js-$(sha256sum tests/sdk/js/package-lock.json | cut -c1-12)
 if [[ ! -d $node_dir/node_modules/mem0ai ]]; then
   echo "clients: installing the npm SDK into $node_dir" >&2
@@ -51,7 +53,10 @@ source scripts/test-server.sh
 for store in "${stores[@]}"; do
   start_test_server "$store" OPENAI_API_KEY=sk-fake-key OPENAI_BASE_URL="$llm_url"
   export MEM0_TELEMETRY=false MEM0_TEST_URL=$SERVER_URL MEM0_TEST_ADMIN_KEY=$ADMIN_KEY
-  echo "== Mem0's Python SDK against the $store store (log: $SERVER_DATA/server.log)"
+  # First, while nothing else runs: its counters must move by exactly its own requests.
+  echo "== /metrics through Prometheus's Python parser against the $store store (log: $SERVER_DATA/server.log)"
+  "$metrics_venv/bin/python" tests/metrics/test_metrics.py || status=1
+  echo "== Mem0's Python SDK against the $store store"
   "$sdk_venv/bin/python" tests/sdk/python/test_sdk.py || status=1
   echo "== Mem0's npm SDK against the $store store"
   NODE_PATH=$node_dir/node_modules node tests/sdk/js/test_sdk.cjs || status=1

@@ -197,6 +197,9 @@ pub struct TestServer {
     pub database: Option<TestDatabase>,
     /// Which stores it runs on.
     pub kind: StoreKind,
+    /// `http://127.0.0.1:PORT` of the credential-free `/metrics` listener, when the settings
+    /// have `metrics.listen` (its address is replaced by a free port).
+    pub metrics_base: Option<String>,
     _dir: tempfile::TempDir,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<()>>,
@@ -283,6 +286,14 @@ impl TestServer {
         let audit = state.audit.clone();
         let reads = state.reads.clone();
         let usage = state.usage.clone();
+        let metrics_base = if state.settings.metrics.listen.is_some() {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind metrics");
+            let base = format!("http://{}", listener.local_addr().expect("address"));
+            tokio::spawn(mem0_server::metrics::serve_open(listener, state.clone()));
+            Some(base)
+        } else {
+            None
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -302,6 +313,7 @@ impl TestServer {
             usage,
             database: None,
             kind,
+            metrics_base,
             _dir: dir,
             shutdown: Some(shutdown),
             served: Some(served),

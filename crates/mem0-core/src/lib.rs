@@ -17,6 +17,7 @@ pub mod extraction;
 pub mod filter;
 pub mod history;
 pub mod memory;
+pub mod metrics;
 pub mod policy;
 pub mod providers;
 pub mod retrieval;

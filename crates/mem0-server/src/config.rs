@@ -44,6 +44,9 @@ pub struct Settings {
     /// Webhooks.
     #[serde(default)]
     pub webhooks: crate::webhooks::WebhookSettings,
+    /// Prometheus metrics (`/metrics`).
+    #[serde(default)]
+    pub metrics: crate::metrics::MetricsSettings,
 }
 
 /// Listener and request limits.

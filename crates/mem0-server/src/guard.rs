@@ -57,6 +57,7 @@ async fn limited(
             response
         }
         Decision::Limited { limit, retry_after } => {
+            crate::metrics::server().rate_limited(class);
             let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
             let mut response = ApiError::new(
                 ErrorCode::RateLimited,

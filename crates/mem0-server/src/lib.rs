@@ -16,6 +16,7 @@ pub mod guard;
 pub mod idempotency;
 pub mod jobs;
 pub mod mcp;
+pub mod metrics;
 pub mod openapi;
 pub mod rate_limit;
 pub mod request_context;
@@ -77,7 +78,10 @@ pub fn app(state: AppState) -> Router {
         group.layer(middleware::from_fn_with_state(body, body::read_body)).layer(guarded(class))
     };
     let mut router = Router::new();
-    for (class, group) in routes::api_groups() {
+    for (class, mut group) in routes::api_groups() {
+        if class == RouteClass::Admin && state.settings.metrics.enabled {
+            group = group.merge(metrics::router());
+        }
         let (group, _) = group.split_for_parts();
         router = router
             .merge(layered(group, class))

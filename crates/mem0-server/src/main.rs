@@ -169,6 +169,18 @@ async fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
         .await
         .map_err(|error| anyhow::anyhow!("cannot listen on {bind}: {error}"))?;
     tracing::info!(address = %bind, docs = %format!("http://{bind}/docs"), "listening");
+    if let Some(address) = state.settings.metrics.listen.filter(|_| state.settings.metrics.enabled) {
+        let metrics = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|error| anyhow::anyhow!("cannot listen on {address} (metrics.listen): {error}"))?;
+        tracing::info!(%address, "serving /metrics without credentials");
+        let metrics_state = state.clone();
+        tokio::spawn(async move {
+            if let Err(error) = mem0_server::metrics::serve_open(metrics, metrics_state).await {
+                tracing::error!(%error, "the metrics listener failed");
+            }
+        });
+    }
     mem0_server::serve(listener, state, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())

@@ -1,6 +1,7 @@
 //! Per-request context: the request id (accepted from `X-Request-ID` when sane, otherwise
 //! generated), echoed on every response and available to error bodies; a tracing span with method,
-//! route template and id; the request timeout; one log line per request with status and latency.
+//! route template and id; the request timeout; one log line per request with status and latency;
+//! the request metrics ([`crate::metrics`]).
 
 use std::time::{Duration, Instant};
 
@@ -70,6 +71,7 @@ pub async fn request_context(State(context): State<ContextSettings>, mut request
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
     let span = tracing::info_span!("request", %method, %route, request_id = %request_id);
+    let in_flight = crate::metrics::server().start(&method, &route);
     let started = Instant::now();
     let id_for_scope = request_id.clone();
     let mut response = REQUEST_ID
@@ -86,6 +88,7 @@ pub async fn request_context(State(context): State<ContextSettings>, mut request
         .instrument(span.clone())
         .await;
     let status = response.status().as_u16();
+    in_flight.finish(status);
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
     if response.extensions().get::<crate::guard::OpenRoute>().is_none() {
         let caller = response.extensions().get::<Caller>();

@@ -14,6 +14,7 @@ mod idempotency;
 mod jobs;
 mod mem0_compat;
 mod memories;
+mod metrics;
 mod openapi;
 mod pagination;
 mod pgvector;

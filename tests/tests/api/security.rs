@@ -176,6 +176,7 @@ fn protected_routes(memory: &str) -> Vec<(Method, String, Option<Value>)> {
         (Method::GET, "/export?user_id=alice".into(), None),
         (Method::POST, "/import".into(), Some(json!({"type": "end", "count": 0}))),
         (Method::GET, "/usage".into(), None),
+        (Method::GET, "/metrics".into(), None),
         // Unknown routes and methods are behind the guard too: no probing without credentials.
         (Method::GET, "/nope".into(), None),
         (Method::PATCH, "/memories".into(), None),
@@ -467,10 +468,13 @@ async fn roles_gate_writes_and_admin_routes() {
             (Method::GET, "/export".to_owned(), None),
             (Method::POST, "/import".to_owned(), Some(json!({"type": "end", "count": 0}))),
             (Method::GET, "/usage".to_owned(), None),
+            (Method::GET, "/metrics".to_owned(), None),
         ] {
             call(server, who, method, &path, body).await.assert_error(403, "forbidden");
         }
     }
+    // Metrics cover every tenant: a tenant's own admin does not read them.
+    call(server, &world.acme_admin, Method::GET, "/metrics", None).await.assert_error(403, "forbidden");
     // Still there after all those attempts.
     assert_eq!(
         call(server, &world.acme_admin, Method::GET, &format!("/memories/{}", world.alice_memory), None).await.status,

@@ -256,6 +256,14 @@ impl HistoryStore {
         matches!(self.db, Db::Postgres(_))
     }
 
+    /// The pool of the SQLite history volume; `None` when the history shares the store's pool.
+    pub fn pool_status(&self) -> Option<crate::metrics::PoolStatus> {
+        match &self.db {
+            Db::Sqlite { pool, .. } => Some(crate::metrics::PoolStatus::of(pool)),
+            Db::Postgres(_) => None,
+        }
+    }
+
     /// Returns the API key store, which lives in the same database.
     pub fn api_keys(&self) -> ApiKeys {
         ApiKeys::new(self.db.clone())

@@ -95,11 +95,15 @@ impl std::fmt::Debug for Memory {
 }
 
 impl Memory {
-    /// Builds the service and checks the store's embedding dimension against the embedder's.
+    /// Builds the service and checks the store's embedding dimension against the embedder's. The
+    /// store and embedder are wrapped in the decorators of [`crate::metrics`].
     ///
     /// # Errors
     /// [`Error::Config`] on a dimension mismatch; store errors.
     pub async fn new(store: Arc<dyn VectorStore>, history: HistoryStore, embedder: Arc<dyn Embedder>) -> Result<Self> {
+        // Every store operation and embedding batch is timed for `/metrics`.
+        let store = crate::metrics::ObservedStore::wrap(store);
+        let embedder = crate::metrics::ObservedEmbedder::wrap(embedder);
         store.ensure_dimension(embedder.dimension(), embedder.model_id()).await?;
         let retriever = Retriever::new(Arc::clone(&store), Arc::clone(&embedder), RetrievalSettings::default());
         Ok(Self {
@@ -186,6 +190,7 @@ impl Memory {
         purpose: &str,
         usage: crate::providers::llm::TokenUsage,
     ) {
+        crate::metrics::core().llm_call(tenant, model, purpose, usage.prompt_tokens, usage.completion_tokens);
         if let Some(sink) = &self.usage {
             sink.record(vec![LlmCall {
                 tenant: tenant.to_owned(),
@@ -317,6 +322,7 @@ impl Memory {
     /// # Errors
     /// [`Error::Config`] on a dimension mismatch; store errors.
     pub async fn with_embedder(&self, embedder: Arc<dyn Embedder>) -> Result<Self> {
+        let embedder = crate::metrics::ObservedEmbedder::wrap(embedder);
         self.store.ensure_dimension(embedder.dimension(), embedder.model_id()).await?;
         let retriever = Retriever::new(Arc::clone(&self.store), Arc::clone(&embedder), *self.retriever.settings());
         Ok(Self { embedder, retriever, ..self.clone() })

@@ -119,15 +119,23 @@ impl RetryPolicy {
 pub struct ProviderHttp {
     client: reqwest::Client,
     provider: &'static str,
+    /// What the provider is called for (`llm`, `rerank`): a label of the provider metrics.
+    service: &'static str,
     retry: RetryPolicy,
 }
 
 impl ProviderHttp {
-    /// Builds the client with a 5 s connect timeout and `timeout` per attempt.
+    /// Builds the client of `provider` (called for `service`) with a 5 s connect timeout and
+    /// `timeout` per attempt.
     ///
     /// # Errors
     /// [`crate::Error::Config`] when the TLS backend cannot initialise.
-    pub fn new(provider: &'static str, timeout: Duration, retry: RetryPolicy) -> crate::Result<Self> {
+    pub fn new(
+        provider: &'static str,
+        service: &'static str,
+        timeout: Duration,
+        retry: RetryPolicy,
+    ) -> crate::Result<Self> {
         // No redirects: a redirect would carry keys in custom headers to another host and get
         // around the base-URL checks of /configure.
         let client = reqwest::Client::builder()
@@ -136,7 +144,7 @@ impl ProviderHttp {
             .timeout(timeout.max(Duration::from_secs(1)))
             .build()
             .map_err(|error| crate::Error::Config(format!("cannot build http client: {error}")))?;
-        Ok(Self { client, provider, retry: RetryPolicy { max_attempts: retry.max_attempts.max(1), ..retry } })
+        Ok(Self { client, provider, service, retry: RetryPolicy { max_attempts: retry.max_attempts.max(1), ..retry } })
     }
 
     /// Returns the provider name used in errors.
@@ -158,13 +166,22 @@ impl ProviderHttp {
     ) -> Result<R, ProviderError> {
         let mut attempt = 1;
         loop {
-            match self.attempt(url, headers, body, secrets).await {
+            let started = std::time::Instant::now();
+            let outcome = self.attempt(url, headers, body, secrets).await;
+            crate::metrics::core().provider_attempt(
+                self.provider,
+                self.service,
+                outcome.as_ref().map(|_| ()),
+                started.elapsed(),
+            );
+            match outcome {
                 Ok(value) => return Ok(value),
                 Err(error) if attempt < self.retry.max_attempts && retryable(error.kind) => {
                     let Some(delay) = self.retry.delay(attempt, error.retry_after) else {
                         return Err(error);
                     };
                     warn!(provider = self.provider, attempt, delay_ms = delay.as_millis() as u64, %error, "retrying provider call");
+                    crate::metrics::core().provider_retry(self.provider, self.service);
                     tokio::time::sleep(delay).await;
                     attempt += 1;
                 }

@@ -230,7 +230,7 @@ impl HttpReranker {
             headers.insert(AUTHORIZATION, value);
         }
         Ok(Self {
-            http: ProviderHttp::new("reranker", Duration::from_secs(config.timeout_secs), config.retry)?,
+            http: ProviderHttp::new("reranker", "rerank", Duration::from_secs(config.timeout_secs), config.retry)?,
             url,
             headers,
             api_key: config.api_key,

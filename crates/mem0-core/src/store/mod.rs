@@ -663,6 +663,12 @@ pub trait MemoryRows: Debug + Send + Sync + 'static {
 
     /// Checks the store answers.
     async fn ping(&self) -> Result<()>;
+
+    /// The kind of store, for metrics and logs (`sqlite`, `pgvector`).
+    fn backend(&self) -> &'static str;
+
+    /// Its connection pool now.
+    fn pool_status(&self) -> crate::metrics::PoolStatus;
 }
 
 /// The history journal: entries written by [`MemoryRows::apply`] with the change they describe,

@@ -35,7 +35,7 @@ pub(crate) fn parse_rfc3339(field: &str, raw: &str) -> Result<chrono::DateTime<c
 
 /// The documented router of every route (for the OpenAPI document).
 pub fn router() -> OpenApiRouter<AppState> {
-    let mut all = open_router();
+    let mut all = open_router().merge(crate::metrics::router());
     for (_, group) in api_groups() {
         all = all.merge(group);
     }

@@ -243,7 +243,10 @@ impl Embedder for OpenAiEmbedder {
     async fn embed_batch(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, ProviderError> {
         let mut vectors = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(self.batch_size) {
-            let batch = self.request(chunk).await?;
+            let started = std::time::Instant::now();
+            let batch = self.request(chunk).await;
+            crate::metrics::core().provider_attempt(PROVIDER, "embed", batch.as_ref().map(|_| ()), started.elapsed());
+            let batch = batch?;
             if let Some(bad) = batch.iter().find(|vector| vector.len() != self.dimension) {
                 return Err(ProviderError::new(
                     ProviderErrorKind::BadResponse,

@@ -180,7 +180,7 @@ impl AnthropicLlm {
             headers.insert("x-api-key", value);
         }
         Ok(Self {
-            http: ProviderHttp::new(PROVIDER, Duration::from_secs(config.timeout_secs), config.retry)?,
+            http: ProviderHttp::new(PROVIDER, "llm", Duration::from_secs(config.timeout_secs), config.retry)?,
             url,
             headers,
             api_key: config.api_key,

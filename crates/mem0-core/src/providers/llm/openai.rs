@@ -265,7 +265,7 @@ impl OpenAiLlm {
         let reasoning = config.reasoning.unwrap_or_else(|| is_reasoning_model(&config.model));
         let max_tokens = config.max_tokens.unwrap_or(if reasoning { 8000 } else { 2000 });
         Ok(Self {
-            http: ProviderHttp::new(PROVIDER, Duration::from_secs(config.timeout_secs), config.retry)?,
+            http: ProviderHttp::new(PROVIDER, "llm", Duration::from_secs(config.timeout_secs), config.retry)?,
             url: url.to_string(),
             headers,
             api_key: config.api_key,

@@ -321,6 +321,14 @@ impl MemoryRows for PgVectorStore {
         sqlx::query_scalar::<_, i32>("select 1").fetch_one(&self.pool).await?;
         Ok(())
     }
+
+    fn backend(&self) -> &'static str {
+        "pgvector"
+    }
+
+    fn pool_status(&self) -> crate::metrics::PoolStatus {
+        crate::metrics::PoolStatus::of(&self.pool)
+    }
 }
 
 #[async_trait]

@@ -428,6 +428,14 @@ impl MemoryRows for SqliteStore {
         sqlx::query_scalar::<_, i64>("select 1").fetch_one(&self.pool).await?;
         Ok(())
     }
+
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn pool_status(&self) -> crate::metrics::PoolStatus {
+        crate::metrics::PoolStatus::of(&self.pool)
+    }
 }
 
 #[async_trait]
