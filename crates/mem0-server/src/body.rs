@@ -22,12 +22,10 @@ pub struct BodySettings {
     pub timeout: Duration,
 }
 
-/// Middleware: buffer the body within the limits, then hand the request on. `POST /import`
-/// reads its own body as it arrives (line by line, with the same timeout per part).
+/// Middleware: buffer the body within the limits, then hand the request on. (The streamed
+/// routes, `POST /import`, are not behind it: they read their body as it arrives, with the same
+/// timeout per part.)
 pub async fn read_body(State(settings): State<BodySettings>, request: Request, next: Next) -> Response {
-    if request.uri().path() == crate::routes::transfer::IMPORT_PATH {
-        return next.run(request).await;
-    }
     let (parts, body) = request.into_parts();
     let read = tokio::time::timeout(settings.timeout, Limited::new(body, settings.limit).collect()).await;
     match read {

@@ -45,19 +45,18 @@ use crate::state::AppState;
 
 /// Builds the application router for `state`.
 ///
-/// Layers, outermost first: request context (id, span, total timeout, request log), browser
-/// defences (Host allow list, cross-site writes), then per group of routes the guard
+/// Layers, outermost first: request context (id, span, request log, metrics), browser defences
+/// (Host allow list, cross-site writes), then per group of routes its time limit, the guard
 /// (authentication and the group's rate-limit class) and, for the API groups only, body reading
-/// with its own timeout, `Idempotency-Key` handling (write and admin groups) and the concurrency
-/// limit. `/health`, `/ready` and the docs never wait
-/// for a concurrency slot.
+/// with its own timeout (not for streamed routes, which read their body as it arrives and have
+/// `server.import_timeout_secs` as their limit), `Idempotency-Key` handling (write and admin
+/// groups) and the concurrency limit. `/health`, `/ready` and the docs never wait for a
+/// concurrency slot.
 pub fn app(state: AppState) -> Router {
     let server = &state.settings.server;
-    let context = request_context::ContextSettings {
-        timeout: Duration::from_secs(server.request_timeout_secs),
-        import_timeout: Duration::from_secs(server.import_timeout_secs),
-        log: state.request_log.clone(),
-    };
+    let context = request_context::ContextSettings { log: state.request_log.clone() };
+    let time_limit =
+        |limit: u64| middleware::from_fn_with_state(Duration::from_secs(limit), request_context::time_limit);
     let body = body::BodySettings {
         limit: server.body_limit_bytes,
         timeout: Duration::from_secs(server.body_read_timeout_secs),
@@ -67,7 +66,8 @@ pub fn app(state: AppState) -> Router {
     let guarded = |class: RouteClass| middleware::from_fn_with_state((state.clone(), class), guard::guard);
     // Our routes and, in Mem0's dialect, the same operations for its SDKs (`compat`): one set of
     // layers per rate-limit class for both.
-    let layered = |group: Router<AppState>, class: RouteClass| {
+    // Streamed routes read their own body as it arrives and have their own time limit.
+    let layered_as = |group: Router<AppState>, class: RouteClass, streamed: bool| {
         let group = group.layer(DefaultBodyLimit::max(server.body_limit_bytes)).layer(concurrency.clone());
         // Reads (search included) ignore Idempotency-Key: nothing to protect, nothing to keep.
         let group = if class == RouteClass::Read {
@@ -75,9 +75,19 @@ pub fn app(state: AppState) -> Router {
         } else {
             group.layer(middleware::from_fn_with_state(state.clone(), idempotency::idempotent))
         };
-        group.layer(middleware::from_fn_with_state(body, body::read_body)).layer(guarded(class))
+        let (group, limit) = if streamed {
+            (group, server.import_timeout_secs)
+        } else {
+            (group.layer(middleware::from_fn_with_state(body, body::read_body)), server.request_timeout_secs)
+        };
+        group.layer(guarded(class)).layer(time_limit(limit))
     };
+    let layered = |group: Router<AppState>, class: RouteClass| layered_as(group, class, false);
     let mut router = Router::new();
+    for (class, group) in routes::streamed_groups() {
+        let (group, _) = group.split_for_parts();
+        router = router.merge(layered_as(group, class, true));
+    }
     for (class, mut group) in routes::api_groups() {
         if class == RouteClass::Admin && state.settings.metrics.enabled {
             group = group.merge(metrics::router());
@@ -100,13 +110,16 @@ pub fn app(state: AppState) -> Router {
             }),
         )
         .merge(docs::router())
-        .layer(guarded(RouteClass::Open));
+        .layer(guarded(RouteClass::Open))
+        .layer(time_limit(server.request_timeout_secs));
     // Unknown routes and methods pass the guard too (credentials, then the read budget), so they
     // are neither a way around authentication nor an unlimited way to fill the request log.
     router
         .merge(open)
-        .fallback(route_not_found.layer(guarded(RouteClass::Read)))
-        .method_not_allowed_fallback(method_not_allowed.layer(guarded(RouteClass::Read)))
+        .fallback(route_not_found.layer(guarded(RouteClass::Read)).layer(time_limit(server.request_timeout_secs)))
+        .method_not_allowed_fallback(
+            method_not_allowed.layer(guarded(RouteClass::Read)).layer(time_limit(server.request_timeout_secs)),
+        )
         .layer(middleware::from_fn_with_state(browser_guard, browser::guard))
         .layer(middleware::from_fn_with_state(context, request_context::request_context))
         .with_state(state)

@@ -1,7 +1,8 @@
 //! Per-request context: the request id (accepted from `X-Request-ID` when sane, otherwise
 //! generated), echoed on every response and available to error bodies; a tracing span with method,
-//! route template and id; the request timeout; one log line per request with status and latency;
-//! the request metrics ([`crate::metrics`]).
+//! route template and id; one log line per request with status and latency;
+//! the request metrics ([`crate::metrics`]). Also the time limit each group of routes puts on
+//! its requests ([`time_limit`]).
 
 use std::time::{Duration, Instant};
 
@@ -43,24 +44,27 @@ fn incoming_id(request: &Request) -> Option<String> {
     sane.then(|| value.to_owned())
 }
 
-/// What the middleware needs: the timeout and where request log entries go.
+/// What the middleware needs: where request log entries go.
 #[derive(Debug, Clone)]
 pub struct ContextSettings {
-    /// Per-request timeout.
-    pub timeout: Duration,
-    /// The timeout of `POST /import` (a streamed body, maybe long).
-    pub import_timeout: Duration,
     /// The request log.
     pub log: RequestLogWriter,
 }
 
-/// Middleware: request id, span, timeout, access log line and request log entry.
+/// Middleware of each group of routes: the group's time limit (`server.request_timeout_secs`;
+/// `server.import_timeout_secs` for the streamed import), then 504 `request_timeout`.
+pub async fn time_limit(State(limit): State<Duration>, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            ApiError::new(ErrorCode::RequestTimeout, format!("the request took longer than {} s", limit.as_secs()))
+                .into_response()
+        }
+    }
+}
+
+/// Middleware: request id, span, access log line, request log entry and metrics.
 pub async fn request_context(State(context): State<ContextSettings>, mut request: Request, next: Next) -> Response {
-    let timeout = if request.uri().path() == crate::routes::transfer::IMPORT_PATH {
-        context.import_timeout
-    } else {
-        context.timeout
-    };
     let request_id = incoming_id(&request).unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         request.headers_mut().insert(REQUEST_ID_HEADER.clone(), value);
@@ -74,19 +78,7 @@ pub async fn request_context(State(context): State<ContextSettings>, mut request
     let in_flight = crate::metrics::server().start(&method, &route);
     let started = Instant::now();
     let id_for_scope = request_id.clone();
-    let mut response = REQUEST_ID
-        .scope(id_for_scope, async move {
-            match tokio::time::timeout(timeout, next.run(request)).await {
-                Ok(response) => response,
-                Err(_) => ApiError::new(
-                    ErrorCode::RequestTimeout,
-                    format!("the request took longer than {} s", timeout.as_secs()),
-                )
-                .into_response(),
-            }
-        })
-        .instrument(span.clone())
-        .await;
+    let mut response = REQUEST_ID.scope(id_for_scope, next.run(request)).instrument(span.clone()).await;
     let status = response.status().as_u16();
     in_flight.finish(status);
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;

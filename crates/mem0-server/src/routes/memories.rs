@@ -244,7 +244,8 @@ fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Option<S
     Option::<String>::deserialize(deserializer).map(Some)
 }
 
-fn parse_date(field: &str, raw: &str) -> Result<NaiveDate, ApiError> {
+/// A day: `YYYY-MM-DD`, or the UTC day of an RFC 3339 time.
+pub(crate) fn parse_date(field: &str, raw: &str) -> Result<NaiveDate, ApiError> {
     let raw = raw.trim();
     NaiveDate::parse_from_str(raw, "%Y-%m-%d")
         .or_else(|_| DateTime::parse_from_rfc3339(raw).map(|time| time.with_timezone(&Utc).date_naive()))

@@ -36,10 +36,16 @@ pub(crate) fn parse_rfc3339(field: &str, raw: &str) -> Result<chrono::DateTime<c
 /// The documented router of every route (for the OpenAPI document).
 pub fn router() -> OpenApiRouter<AppState> {
     let mut all = open_router().merge(crate::metrics::router());
-    for (_, group) in api_groups() {
+    for (_, group) in api_groups().into_iter().chain(streamed_groups()) {
         all = all.merge(group);
     }
     all
+}
+
+/// Routes that read their request body as it arrives (not buffered by the body layer), with
+/// `server.import_timeout_secs` as their time limit, by rate-limit class.
+pub fn streamed_groups() -> Vec<(RouteClass, OpenApiRouter<AppState>)> {
+    vec![(RouteClass::Admin, transfer::streamed_routes())]
 }
 
 /// The routes that need credentials, by rate-limit class: the class is where a route is
@@ -65,7 +71,6 @@ pub fn api_groups() -> Vec<(RouteClass, OpenApiRouter<AppState>)> {
                 .merge(audit::router())
                 .merge(policy::router())
                 .merge(crate::webhooks::router())
-                .merge(transfer::admin_routes())
                 .merge(usage::router()),
         ),
     ]

@@ -29,8 +29,6 @@ use utoipa_axum::routes;
 use crate::error::{ApiError, AppJson, AppQuery, ErrorBody, ErrorCode};
 use crate::state::{AppState, RequestCaller};
 
-/// The path of the import (its body and timeout are handled apart).
-pub const IMPORT_PATH: &str = "/import";
 /// Memories per page read for an export.
 const EXPORT_PAGE: usize = 200;
 /// Most memories stored by one import transaction.
@@ -49,8 +47,8 @@ pub(super) fn read_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(export_memories))
 }
 
-/// Importing: admins.
-pub(super) fn admin_routes() -> OpenApiRouter<AppState> {
+/// Importing (admins): a streamed body, so not behind the body layer, and its own time limit.
+pub(super) fn streamed_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(import_memories))
 }
 

@@ -23,7 +23,7 @@ pub(super) fn router() -> OpenApiRouter<AppState> {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct UsageQuery {
-    /// First UTC day (YYYY-MM-DD; default 30 days before `to`).
+    /// First UTC day (YYYY-MM-DD, or the day of an RFC 3339 time; default 30 days before `to`).
     #[param(format = Date)]
     pub from: Option<String>,
     /// Last UTC day, included (default today).
@@ -60,11 +60,6 @@ pub struct UsageResponse {
     pub totals: UsageTotals,
 }
 
-fn day(field: &str, raw: &str) -> Result<NaiveDate, ApiError> {
-    NaiveDate::parse_from_str(raw.trim(), "%Y-%m-%d")
-        .map_err(|_| ApiError::validation(field, "expected a date in YYYY-MM-DD format"))
-}
-
 /// The tenant's LLM calls and tokens per day, provider, model and purpose (tenant admin)
 #[utoipa::path(
     get,
@@ -86,6 +81,7 @@ pub async fn get_usage(
     AppQuery(query): AppQuery<UsageQuery>,
 ) -> Result<AppJson<UsageResponse>, ApiError> {
     let tenant = super::policy::whole_tenant(&caller, query.tenant, "LLM usage")?;
+    let day = super::memories::parse_date;
     let to = query.to.as_deref().map(|raw| day("to", raw)).transpose()?.unwrap_or_else(|| Utc::now().date_naive());
     let from = query.from.as_deref().map(|raw| day("from", raw)).transpose()?.unwrap_or(to - Duration::days(30));
     if from > to {
