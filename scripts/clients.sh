@@ -3,7 +3,8 @@
 # (mem0ai from PyPI, pinned with all its dependencies in tests/sdk/python/requirements.txt), its
 # npm SDK (mem0ai, pinned in tests/sdk/js/package-lock.json) and the official MCP client (mcp
 # from PyPI, pinned in tests/mcp/requirements.txt; over /mcp and over `mcp --stdio`), and reads
-# /metrics with the Prometheus project's Python parser (tests/metrics/). Each test
+# /metrics with the Prometheus project's Python parser (tests/metrics/) and the server's
+# OpenTelemetry traces through a stand-in OTLP/HTTP receiver (tests/traces/). Each test
 # makes every call with real API keys and checks what comes back (tests/sdk/, tests/mcp/).
 # infer=true adds go to a local stand-in for an OpenAI-compatible LLM (tests/sdk/fake_openai.py);
 # nothing leaves the machine (the SDKs' telemetry is switched off). Runs on the embedded default
@@ -42,20 +43,27 @@ cargo build --locked --quiet -p mem0-server
 fake_dir=$(mktemp -d "${TMPDIR:-/tmp}/mem0-rs-fake-llm.XXXXXX")
 python3 tests/sdk/fake_openai.py "$fake_dir/port" &
 fake=$!
-trap 'kill $fake 2>/dev/null || true; rm -rf "$fake_dir"' EXIT
-for _ in $(seq 1 50); do [[ -s $fake_dir/port ]] && break; sleep 0.1; done
+# Traces go to a stand-in for an OpenTelemetry Collector (tests/traces/).
+python3 tests/traces/otlp_receiver.py "$fake_dir/otlp" &
+otlp=$!
+trap 'kill $fake $otlp 2>/dev/null || true; rm -rf "$fake_dir"' EXIT
+for _ in $(seq 1 50); do [[ -s $fake_dir/port && -s $fake_dir/otlp ]] && break; sleep 0.1; done
 llm_url="http://127.0.0.1:$(cat "$fake_dir/port")/v1"
+otlp_url="http://127.0.0.1:$(cat "$fake_dir/otlp")"
 
 stores=(sqlite)
 if [[ -n ${DATABASE_URL:-} ]]; then stores+=(pgvector); fi
 status=0
 source scripts/test-server.sh
 for store in "${stores[@]}"; do
-  start_test_server "$store" OPENAI_API_KEY=sk-fake-key OPENAI_BASE_URL="$llm_url"
-  export MEM0_TELEMETRY=false MEM0_TEST_URL=$SERVER_URL MEM0_TEST_ADMIN_KEY=$ADMIN_KEY
+  start_test_server "$store" OPENAI_API_KEY=sk-fake-key OPENAI_BASE_URL="$llm_url" \
+    MEM0__TRACES__ENABLED=true MEM0__TRACES__ENDPOINT="$otlp_url/v1/traces" OTEL_BSP_SCHEDULE_DELAY=200
+  export MEM0_TELEMETRY=false MEM0_TEST_URL=$SERVER_URL MEM0_TEST_ADMIN_KEY=$ADMIN_KEY MEM0_TEST_OTLP=$otlp_url
   # First, while nothing else runs: its counters must move by exactly its own requests.
   echo "== /metrics through Prometheus's Python parser against the $store store (log: $SERVER_DATA/server.log)"
   "$metrics_venv/bin/python" tests/metrics/test_metrics.py || status=1
+  echo "== traces through an OTLP/HTTP receiver from the $store store"
+  python3 tests/traces/test_traces.py || status=1
   echo "== Mem0's Python SDK against the $store store"
   "$sdk_venv/bin/python" tests/sdk/python/test_sdk.py || status=1
   echo "== Mem0's npm SDK against the $store store"

@@ -8,7 +8,8 @@
 //! request's data, so the number of series stays bounded.
 //!
 //! The decorators [`ObservedStore`] and [`ObservedEmbedder`] time every store operation and
-//! embedding batch; [`crate::Memory::new`] puts them around the store and embedder it is given,
+//! embedding batch, each in a tracing span of its own (`store`, `embed`: the children of a
+//! request's span in its trace); [`crate::Memory::new`] puts them around the store and embedder it is given,
 //! so every path (requests, queued adds, imports, sweeps) is measured the same way.
 
 use std::collections::HashMap;
@@ -22,6 +23,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::error::{ProviderError, Result};
@@ -267,8 +269,10 @@ impl ObservedStore {
     }
 
     async fn timed<T>(&self, operation: &'static str, run: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        let span =
+            tracing::info_span!("store", otel.name = %format!("store {operation}"), store = self.name, operation);
         let started = Instant::now();
-        let result = run.await;
+        let result = run.instrument(span).await;
         core().store_operation(self.name, operation, result.is_ok(), started.elapsed());
         result
     }
@@ -423,8 +427,9 @@ impl Embedder for ObservedEmbedder {
     }
 
     async fn embed_batch(&self, texts: &[String]) -> std::result::Result<Vec<Vec<f32>>, ProviderError> {
+        let span = tracing::info_span!("embed", model = self.inner.model_id(), texts = texts.len());
         let started = Instant::now();
-        let result = self.inner.embed_batch(texts).await;
+        let result = self.inner.embed_batch(texts).instrument(span).await;
         core().embedding(self.inner.model_id(), texts.len(), result.as_ref().map(|_| ()), started.elapsed());
         result
     }

@@ -47,6 +47,9 @@ pub struct Settings {
     /// Prometheus metrics (`/metrics`).
     #[serde(default)]
     pub metrics: crate::metrics::MetricsSettings,
+    /// OpenTelemetry traces.
+    #[serde(default)]
+    pub traces: crate::traces::TraceSettings,
 }
 
 /// Listener and request limits.
@@ -212,6 +215,7 @@ impl Settings {
     pub fn validate(&self) -> anyhow::Result<()> {
         // The same rules as runtime changes (`/configure`).
         self.memory.validate("memory").map_err(|message| anyhow::anyhow!("{message}"))?;
+        self.traces.validate().map_err(|message| anyhow::anyhow!("{message}"))?;
         let server = &self.server;
         anyhow::ensure!(
             (1024..=64 * 1024 * 1024).contains(&server.body_limit_bytes),

@@ -22,6 +22,7 @@ pub mod rate_limit;
 pub mod request_context;
 pub mod routes;
 pub mod state;
+pub mod traces;
 pub mod webhooks;
 
 use std::future::IntoFuture as _;
@@ -54,7 +55,8 @@ use crate::state::AppState;
 /// concurrency slot.
 pub fn app(state: AppState) -> Router {
     let server = &state.settings.server;
-    let context = request_context::ContextSettings { log: state.request_log.clone() };
+    let context =
+        request_context::ContextSettings { log: state.request_log.clone(), traces: state.settings.traces.enabled };
     let time_limit =
         |limit: u64| middleware::from_fn_with_state(Duration::from_secs(limit), request_context::time_limit);
     let body = body::BodySettings {

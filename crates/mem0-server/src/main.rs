@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use mem0_server::config::{LogFormat, Settings};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 #[derive(Debug, Parser)]
 #[command(name = "mem0-server", version, about = "Self-hosted long-term memory server for AI agents")]
@@ -144,7 +146,12 @@ fn lock_beside(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
 
 async fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
     let settings = Settings::load(config.as_deref())?;
-    init_tracing(settings.log.format);
+    let traces = if settings.traces.enabled { Some(mem0_server::traces::layer(&settings.traces)?) } else { None };
+    let (layer, provider) = traces.map_or((None, None), |(layer, provider)| (Some(layer), Some(provider)));
+    init_tracing_with(settings.log.format, std::io::stdout, layer);
+    if provider.is_some() {
+        tracing::info!(endpoint = %settings.traces.endpoint, "exporting traces (OTLP/HTTP)");
+    }
     let _lock = lock_embedded_store(&settings)?;
     let bind = settings.server.bind;
     tracing::info!(
@@ -182,27 +189,44 @@ async fn serve(config: Option<PathBuf>) -> anyhow::Result<()> {
         });
     }
     mem0_server::serve(listener, state, shutdown_signal()).await?;
+    if let Some(provider) = provider {
+        // Sends the spans still buffered (blocking: off the runtime's worker threads).
+        let flushed = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+        if let Ok(Err(error)) = flushed {
+            tracing::warn!(%error, "could not send the last traces");
+        }
+    }
     tracing::info!("stopped");
     Ok(())
 }
 
 fn init_tracing(format: LogFormat) {
-    init_tracing_to(format, std::io::stdout);
+    init_tracing_with(format, std::io::stdout, None);
 }
 
 fn init_tracing_to<W>(format: LogFormat, writer: fn() -> W)
 where
-    W: std::io::Write + std::io::IsTerminal + 'static,
+    W: std::io::Write + std::io::IsTerminal + Send + Sync + 'static,
+{
+    init_tracing_with(format, writer, None);
+}
+
+/// The log (filtered by `RUST_LOG`) and, when given, another layer with its own filter (the
+/// OpenTelemetry exporter, which sees our spans whatever the log level).
+fn init_tracing_with<W>(format: LogFormat, writer: fn() -> W, traces: Option<Box<dyn Layer<Registry> + Send + Sync>>)
+where
+    W: std::io::Write + std::io::IsTerminal + Send + Sync + 'static,
 {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("mem0_server=info,mem0_core=info,warn"));
     // Colours only on a terminal: a log file or a container log keeps plain text to grep.
     let colours = std::io::IsTerminal::is_terminal(&writer());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(colours).with_writer(writer);
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Pretty => builder.init(),
-    }
+    let log = tracing_subscriber::fmt::layer().with_ansi(colours).with_writer(writer);
+    let log: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Json => log.json().with_filter(filter).boxed(),
+        LogFormat::Pretty => log.with_filter(filter).boxed(),
+    };
+    tracing_subscriber::registry().with(vec![Some(log), traces].into_iter().flatten().collect::<Vec<_>>()).init();
 }
 
 async fn shutdown_signal() {

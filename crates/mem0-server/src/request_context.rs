@@ -44,11 +44,13 @@ fn incoming_id(request: &Request) -> Option<String> {
     sane.then(|| value.to_owned())
 }
 
-/// What the middleware needs: where request log entries go.
+/// What the middleware needs: where request log entries go, and whether spans are exported.
 #[derive(Debug, Clone)]
 pub struct ContextSettings {
     /// The request log.
     pub log: RequestLogWriter,
+    /// `traces.enabled`.
+    pub traces: bool,
 }
 
 /// Middleware of each group of routes: the group's time limit (`server.request_timeout_secs`;
@@ -74,12 +76,29 @@ pub async fn request_context(State(context): State<ContextSettings>, mut request
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
-    let span = tracing::info_span!("request", %method, %route, request_id = %request_id);
+    // Exported, the span is named after the route and continues the caller's trace; the log
+    // shows it without those fields.
+    let span = if context.traces {
+        let span = tracing::info_span!(
+            "request",
+            otel.name = %format!("{method} {route}"),
+            otel.kind = "server",
+            %method,
+            %route,
+            request_id = %request_id,
+            status = tracing::field::Empty,
+        );
+        crate::traces::continue_trace(&span, request.headers());
+        span
+    } else {
+        tracing::info_span!("request", %method, %route, request_id = %request_id, status = tracing::field::Empty)
+    };
     let in_flight = crate::metrics::server().start(&method, &route);
     let started = Instant::now();
     let id_for_scope = request_id.clone();
     let mut response = REQUEST_ID.scope(id_for_scope, next.run(request)).instrument(span.clone()).await;
     let status = response.status().as_u16();
+    span.record("status", status);
     in_flight.finish(status);
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
     if response.extensions().get::<crate::guard::OpenRoute>().is_none() {

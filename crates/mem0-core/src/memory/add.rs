@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::SubsecRound;
-use tracing::{debug, info, instrument, warn};
+use tracing::{debug, info, instrument, warn, Instrument as _};
 use uuid::Uuid;
 
 use super::limits::{
@@ -468,7 +468,8 @@ impl Memory {
         request: &LlmRequest,
         purpose: &'static str,
     ) -> Result<LlmResponse> {
-        let response = llm.complete(request).await?;
+        let span = tracing::info_span!("llm", otel.name = %format!("llm {purpose}"), purpose, model = llm.model());
+        let response = llm.complete(request).instrument(span).await?;
         info!(
             purpose,
             provider = llm.provider(),

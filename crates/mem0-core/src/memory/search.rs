@@ -1,7 +1,7 @@
 //! Searching memories: dense, keyword or hybrid retrieval, the threshold, and reranking.
 
 use chrono::{DateTime, Utc};
-use tracing::{instrument, warn};
+use tracing::{instrument, warn, Instrument as _};
 use uuid::Uuid;
 
 use super::limits::{check_bound, MAX_QUERY_BYTES};
@@ -150,7 +150,8 @@ impl Memory {
                 Some(reranker) => {
                     scored.truncate(self.rerank_candidates.max(request.top_k));
                     let documents: Vec<String> = scored.iter().map(|(record, _)| record.memory.clone()).collect();
-                    match reranker.rerank_with_cost(query_text, &documents).await {
+                    let span = tracing::info_span!("rerank", candidates = documents.len());
+                    match reranker.rerank_with_cost(query_text, &documents).instrument(span).await {
                         Ok((scores, cost)) => {
                             if let Some(cost) = cost {
                                 self.note_llm_call(&caller.tenant, cost.provider, &cost.model, "rerank", cost.usage);

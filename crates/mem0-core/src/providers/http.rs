@@ -10,7 +10,7 @@ use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tracing::warn;
+use tracing::{warn, Instrument as _};
 
 use crate::error::{ProviderError, ProviderErrorKind};
 
@@ -158,6 +158,23 @@ impl ProviderHttp {
     /// # Errors
     /// The classified [`ProviderError`] of the last attempt.
     pub async fn post_json<B: Serialize + Sync, R: DeserializeOwned>(
+        &self,
+        url: &str,
+        headers: &HeaderMap,
+        body: &B,
+        secrets: &[&str],
+    ) -> Result<R, ProviderError> {
+        let span = tracing::info_span!(
+            "provider",
+            otel.name = %format!("{} {}", self.provider, self.service),
+            otel.kind = "client",
+            provider = self.provider,
+            service = self.service,
+        );
+        self.post_json_with_retries(url, headers, body, secrets).instrument(span).await
+    }
+
+    async fn post_json_with_retries<B: Serialize + Sync, R: DeserializeOwned>(
         &self,
         url: &str,
         headers: &HeaderMap,
