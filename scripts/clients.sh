@@ -4,7 +4,9 @@
 # npm SDK (mem0ai, pinned in tests/sdk/js/package-lock.json) and the official MCP client (mcp
 # from PyPI, pinned in tests/mcp/requirements.txt; over /mcp and over `mcp --stdio`), and reads
 # /metrics with the Prometheus project's Python parser (tests/metrics/) and the server's
-# OpenTelemetry traces through a stand-in OTLP/HTTP receiver (tests/traces/). Each test
+# OpenTelemetry traces through a stand-in OTLP/HTTP receiver (tests/traces/), and drives the
+# dashboard in a headless Chromium (tests/ui/; Debian's chromium, installed by
+# scripts/ensure-chromium.sh when missing; screenshots in target/ui-screenshots/). Each test
 # makes every call with real API keys and checks what comes back (tests/sdk/, tests/mcp/).
 # infer=true adds go to a local stand-in for an OpenAI-compatible LLM (tests/sdk/fake_openai.py);
 # nothing leaves the machine (the SDKs' telemetry is switched off). Runs on the embedded default
@@ -29,6 +31,8 @@ python_env() {
 sdk_venv=$(python_env tests/sdk/python/requirements.txt)
 mcp_venv=$(python_env tests/mcp/requirements.txt)
 metrics_venv=$(python_env tests/metrics/requirements.txt)
+ui_venv=$(python_env tests/ui/requirements.txt)
+chromium=$(scripts/ensure-chromium.sh)
 node_dir=$sdk_cache/js-$(sha256sum tests/sdk/js/package-lock.json | cut -c1-12)
 if [[ ! -d $node_dir/node_modules/mem0ai ]]; then
   echo "clients: installing the npm SDK into $node_dir" >&2
@@ -64,6 +68,9 @@ for store in "${stores[@]}"; do
   "$metrics_venv/bin/python" tests/metrics/test_metrics.py || status=1
   echo "== traces through an OTLP/HTTP receiver from the $store store"
   python3 tests/traces/test_traces.py || status=1
+  echo "== the dashboard in headless Chromium against the $store store"
+  MEM0_CHROMIUM=$chromium MEM0_UI_ARTIFACTS=$root/target/ui-screenshots/$store \
+    "$ui_venv/bin/python" tests/ui/test_ui.py || status=1
   echo "== Mem0's Python SDK against the $store store"
   "$sdk_venv/bin/python" tests/sdk/python/test_sdk.py || status=1
   echo "== Mem0's npm SDK against the $store store"

@@ -23,6 +23,7 @@ pub mod request_context;
 pub mod routes;
 pub mod state;
 pub mod traces;
+pub mod ui;
 pub mod webhooks;
 
 use std::future::IntoFuture as _;
@@ -112,6 +113,7 @@ pub fn app(state: AppState) -> Router {
             }),
         )
         .merge(docs::router())
+        .merge(ui::router())
         .layer(guarded(RouteClass::Open))
         .layer(time_limit(server.request_timeout_secs));
     // Unknown routes and methods pass the guard too (credentials, then the read budget), so they

@@ -29,5 +29,6 @@ mod security;
 mod startup;
 mod state;
 mod transfer;
+mod ui;
 mod usage;
 mod webhooks;

@@ -177,6 +177,7 @@ fn protected_routes(memory: &str) -> Vec<(Method, String, Option<Value>)> {
         (Method::POST, "/import".into(), Some(json!({"type": "end", "count": 0}))),
         (Method::GET, "/usage".into(), None),
         (Method::GET, "/metrics".into(), None),
+        (Method::GET, "/me".into(), None),
         // Unknown routes and methods are behind the guard too: no probing without credentials.
         (Method::GET, "/nope".into(), None),
         (Method::PATCH, "/memories".into(), None),

@@ -5,6 +5,7 @@ pub mod api_keys;
 pub mod audit;
 pub mod configure;
 pub mod health;
+pub mod me;
 pub mod memories;
 pub mod policy;
 pub mod requests;
@@ -55,6 +56,7 @@ pub fn api_groups() -> Vec<(RouteClass, OpenApiRouter<AppState>)> {
         (
             RouteClass::Read,
             memories::read_routes()
+                .merge(me::router())
                 .merge(search::read_routes())
                 .merge(crate::jobs::read_routes())
                 .merge(transfer::read_routes()),
