@@ -83,6 +83,13 @@ def test_an_admin_adds_finds_edits_and_deletes_a_memory(playwright_browser):
     page.goto(f"{URL}/ui#/memories?user_id={USER}")
     expect(page.locator("#memories").get_by_role("link", name=text)).to_be_visible()
     browser.shot("memories")
+    # Metadata filters go to the API as they are: none of this user's memories is about travel.
+    page.fill("#memory-conditions", '{"category": "travel"}')
+    page.get_by_role("button", name="Apply").click()
+    expect(page.get_by_text("No memories in this scope.")).to_be_visible()
+    page.fill("#memory-conditions", "")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator("#memories").get_by_role("link", name=text)).to_be_visible()
 
     page.goto(f"{URL}/ui#/search")
     page.fill("#search-query", "peanut allergy")

@@ -6,7 +6,8 @@
 //! Served on the API listener to the global admin, and, when `metrics.listen` is set, without
 //! credentials on that address (for a scraper on a private network). Label values are route
 //! templates, never raw paths, so a million memory ids make no new series; unknown methods are
-//! `other`, and a request whose client went away before the answer is counted with status `499`.
+//! `other`, and a request whose handler never answered (the client went away, or the shutdown's
+//! grace period cut it off) is counted with status `499`.
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -106,7 +107,8 @@ static METRICS: LazyLock<ServerMetrics> = LazyLock::new(|| {
     let mut registry = Registry::with_prefix("mem0");
     registry.register_with_unit(
         "http_request_duration",
-        "HTTP requests by method, route template and status (499: the client went away first)",
+        "HTTP requests by method, route template and status (499: no answer from the handler; the client went \
+         away or the shutdown cut it off)",
         Unit::Seconds,
         requests.clone(),
     );

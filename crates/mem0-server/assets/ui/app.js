@@ -152,7 +152,9 @@ async function memoriesPage(params) {
   }
   const cursor = params.get("cursor");
   const expired = params.get("show_expired") === "true";
-  const list = await api("GET", `/memories?${scopeQuery(scope)}&page_size=25${expired ? "&show_expired=true" : ""}${cursor ? `&cursor=${enc(cursor)}` : ""}`);
+  const filters = params.get("filters") || "";
+  const listing = (extra) => `#/memories?${scopeQuery(scope)}${expired ? "&show_expired=true" : ""}${filters ? `&filters=${enc(filters)}` : ""}${extra || ""}`;
+  const list = await api("GET", `/memories?${scopeQuery(scope)}&page_size=25${expired ? "&show_expired=true" : ""}${filters ? `&filters=${enc(filters)}` : ""}${cursor ? `&cursor=${enc(cursor)}` : ""}`);
   const parts = [h("h1", {}, `Memories of ${scopeLabel(scope)}`)];
   if (canWrite()) {
     const text = h("textarea", { id: "new-memory", required: true, placeholder: "A message to remember, e.g. I am allergic to peanuts" });
@@ -169,10 +171,17 @@ async function memoriesPage(params) {
     h("div", { class: "row" }, h("label", { class: "check", for: "new-infer" }, infer, "Extract facts with the LLM (infer)"),
       h("div", { class: "narrow" }, h("button", { type: "submit" }, "Add")))));
   }
-  const filter = h("input", { type: "search", id: "memory-filter", placeholder: "Filter this page" });
+  const filter = h("input", { type: "search", id: "memory-filter", placeholder: "Words in the text" });
   const showExpired = h("input", { type: "checkbox", id: "show-expired", checked: expired, onchange: () => {
-    location.hash = `#/memories?${scopeQuery(scope)}${showExpired.checked ? "&show_expired=true" : ""}`;
+    location.hash = `#/memories?${scopeQuery(scope)}${showExpired.checked ? "&show_expired=true" : ""}${filters ? `&filters=${enc(filters)}` : ""}`;
   } });
+  const conditions = h("input", { id: "memory-conditions", value: filters, placeholder: '{"category": "food"}' });
+  const conditionsForm = h("form", { class: "row", onsubmit: (event) => {
+    event.preventDefault();
+    const value = conditions.value.trim();
+    if (value) { try { JSON.parse(value); } catch { toast("Filters are not valid JSON"); return; } }
+    location.hash = `#/memories?${scopeQuery(scope)}${expired ? "&show_expired=true" : ""}${value ? `&filters=${enc(value)}` : ""}`;
+  } }, field("Metadata filters (JSON, as the API takes them)", conditions), h("div", { class: "narrow" }, h("button", { type: "submit", class: "secondary" }, "Apply")));
   const rows = list.results.map((memory) => h("tr", { "data-text": memory.memory.toLowerCase() },
     h("td", {}, h("a", { href: `#/memory/${memory.id}` }, memory.memory)),
     h("td", { class: "optional muted" }, when(memory.created_at)),
@@ -183,11 +192,11 @@ async function memoriesPage(params) {
   filter.addEventListener("input", () => {
     for (const row of rows) row.hidden = !row.dataset.text.includes(filter.value.toLowerCase());
   });
-  parts.push(h("section", {},
-    h("div", { class: "row" }, field("Filter", filter), h("label", { class: "check", for: "show-expired" }, showExpired, "Show expired")),
+  parts.push(h("section", {}, conditionsForm,
+    h("div", { class: "row" }, field("Filter this page", filter), h("label", { class: "check", for: "show-expired" }, showExpired, "Show expired")),
     h("table", { id: "memories" }, h("thead", {}, h("tr", {}, h("th", {}, "Memory"), h("th", { class: "optional" }, "Created"), h("th", {}, ""))), h("tbody", {}, rows)),
     list.results.length === 0 ? h("p", { class: "muted" }, "No memories in this scope.") : null,
-    list.next ? h("p", {}, h("a", { href: `#/memories?${scopeQuery(scope)}&cursor=${enc(list.next)}` }, "Next page →")) : null));
+    list.next ? h("p", {}, h("a", { href: listing(`&cursor=${enc(list.next)}`) }, "Next page →")) : null));
   show(...parts);
 }
 
@@ -198,8 +207,12 @@ async function memoryPage(id) {
   const facts = [
     ["Scope", scopeLabel(scope)], ["Created", when(memory.created_at)], ["Updated", when(memory.updated_at)],
     ["Expires", memory.expiration_date || "never"], ["Status", memory.status || "current"],
-    ["Source", [memory.source_type, memory.source_actor, memory.role].filter(Boolean).join(", ")],
-  ];
+    ["Source", [memory.source_type, memory.source_actor, memory.source_app && `via ${memory.source_app}`].filter(Boolean).join(", ")],
+    ["Said by", [memory.role, memory.attributed_to && `about ${memory.attributed_to}`].filter(Boolean).join(", ")],
+    ["Confidence", memory.confidence === undefined || memory.confidence === null ? "" : String(memory.confidence)],
+    ["Evidence", memory.evidence_ref || ""],
+    ["State key", memory.state_key || ""],
+  ].filter(([, value]) => value !== "");
   const parts = [h("h1", {}, "Memory"),
     h("section", {}, h("p", { id: "memory-text" }, memory.memory),
       h("table", {}, h("tbody", {}, facts.map(([name, value]) => h("tr", {}, h("th", {}, name), h("td", {}, value))))),
@@ -249,12 +262,17 @@ async function searchPage(params) {
   const mode = h("select", { id: "search-mode" }, ["hybrid", "dense", "keyword"].map((value) => h("option", { value }, value)));
   const topK = h("input", { id: "search-top-k", type: "number", min: 1, max: 100, value: 10 });
   const threshold = h("input", { id: "search-threshold", type: "number", min: 0, max: 1, step: "0.01", placeholder: "none" });
+  const conditions = h("input", { id: "search-filters", placeholder: '{"category": "food"}' });
   const results = h("section", { id: "results", "aria-live": "polite" }, h("p", { class: "muted" }, "Results show their score split into its signals."));
   show(h("h1", {}, "Search"),
     h("form", { class: "card", onsubmit: async (event) => {
       event.preventDefault();
       const body = { query: query.value, user_id: user.value.trim(), mode: mode.value, top_k: Number(topK.value) || 10, explain: true };
       if (threshold.value !== "") body.threshold = Number(threshold.value);
+      if (conditions.value.trim()) {
+        try { body.filters = { ...JSON.parse(conditions.value), user_id: body.user_id }; }
+        catch { results.replaceChildren(h("p", { class: "error", role: "alert" }, "Filters are not valid JSON")); return; }
+      }
       try {
         const found = await api("POST", "/search", body);
         const shown = found.results.map((result) => h("div", { class: "result" },
@@ -265,6 +283,7 @@ async function searchPage(params) {
       } catch (error) { results.replaceChildren(h("p", { class: "error", role: "alert" }, error.message)); }
     } },
     h("div", { class: "row" }, field("Query", query), field("User id", user)),
+    field("Metadata filters (JSON, as the API takes them)", conditions),
     h("div", { class: "row" }, field("Mode", mode), field("Top k", topK), field("Threshold", threshold),
       h("div", { class: "narrow" }, h("button", { type: "submit" }, "Search")))),
     results);
