@@ -269,8 +269,10 @@ impl ObservedStore {
     }
 
     async fn timed<T>(&self, operation: &'static str, run: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        // At debug: the log (info) pays nothing for a span per store operation; the trace
+        // exporter takes mem0_core's debug spans.
         let span =
-            tracing::info_span!("store", otel.name = %format!("store {operation}"), store = self.name, operation);
+            tracing::debug_span!("store", otel.name = %format!("store {operation}"), store = self.name, operation);
         let started = Instant::now();
         let result = run.instrument(span).await;
         core().store_operation(self.name, operation, result.is_ok(), started.elapsed());
@@ -427,7 +429,7 @@ impl Embedder for ObservedEmbedder {
     }
 
     async fn embed_batch(&self, texts: &[String]) -> std::result::Result<Vec<Vec<f32>>, ProviderError> {
-        let span = tracing::info_span!("embed", model = self.inner.model_id(), texts = texts.len());
+        let span = tracing::debug_span!("embed", model = self.inner.model_id(), texts = texts.len());
         let started = Instant::now();
         let result = self.inner.embed_batch(texts).instrument(span).await;
         core().embedding(self.inner.model_id(), texts.len(), result.as_ref().map(|_| ()), started.elapsed());

@@ -139,9 +139,10 @@ pub fn layer(settings: &TraceSettings) -> anyhow::Result<(Box<dyn Layer<Registry
         .with_resource(Resource::builder().with_service_name(settings.service_name.clone()).build())
         .build();
     let tracer = provider.tracer("mem0-rs");
-    // Our spans only, at info: the libraries' own (hyper, sqlx, reqwest) would multiply them.
+    // Our spans only (not hyper's, sqlx's or reqwest's, which would multiply them); the core's
+    // store and embed spans are at debug, so that the log does not pay for them.
     let ours =
-        Targets::new().with_target("mem0_server", tracing::Level::INFO).with_target("mem0_core", tracing::Level::INFO);
+        Targets::new().with_target("mem0_server", tracing::Level::INFO).with_target("mem0_core", tracing::Level::DEBUG);
     let layer = tracing_opentelemetry::layer().with_tracer(tracer).with_filter(ours).boxed();
     Ok((layer, provider))
 }
