@@ -13,6 +13,10 @@ Starts the server binary (release build) on a fresh SQLite or Postgres store and
   queue    300 queued adds (async_mode) over 5 users, kill -9 while the workers run them, twice;
            after the restarts every job succeeded, each add's memories are stored exactly once,
            and each user's adds ran in the order they were queued
+  import   (not in the default set) 3,000 memories exported, then imported under another user
+           twice: once killed with -9 a second in and sent again after the restart, once cut off
+           by a client hanging up half way through the body and sent again; each time every
+           memory is there once with its one history entry
   search   (not in the default set) HTTP load: one user with DRILL_SEARCH_MEMORIES memories
            (default 1,000), then dense and hybrid searches from 1, 4 and 16 clients on kept-alive
            connections: req/s, p50/p99, and the CPU each search cost the server (and Postgres)
@@ -41,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 
 WORDS = (
     "garden bees honey river morning coffee project deadline budget travel train flight hotel "
@@ -423,6 +428,98 @@ def load(ports, clients, total, path, make_body):
     return len(latencies) / (time.perf_counter() - began), latencies, errors
 
 
+def raw(port, method, path, body=b"", headers=None, timeout=600):
+    """Status and body bytes of one request (for the JSON-lines routes)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request(method, path, body=body or None, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def renamed(export, user):
+    """The export's lines with fresh ids and `user` as owner (so they import beside the originals)."""
+    lines = []
+    for line in export.splitlines():
+        item = json.loads(line)
+        if item.get("type") == "memory":
+            memory = item["memory"] if "memory" in item and isinstance(item["memory"], dict) else item
+            new_id = str(uuid.uuid4())
+            for entry in memory.get("history", []):
+                entry["id"], entry["memory_id"] = str(uuid.uuid4()), new_id
+            memory["id"], memory["user_id"] = new_id, user
+        lines.append(json.dumps(item))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def imported_once(port, user, expected):
+    items = listing(port, user)
+    ids = {item["id"] for item in items}
+    check(len(items) == expected and len(ids) == expected, f"{user}: {len(items)} listed, {len(ids)} distinct, want {expected}")
+    singles = 0
+    for item in items:
+        status, history = request(port, "GET", f"/memories/{item['id']}/history")
+        singles += status == 200 and len(history) == 1
+    check(singles == expected, f"{user}: {expected - singles} memories without exactly their one ADD history entry")
+    return len(items)
+
+
+def drill_import(server, rng):
+    total = 3_000
+    for start in range(0, total, 100):
+        batch = [{"role": "user", "content": f"import drill {start + n}: " + text_of(rng, 300)} for n in range(100)]
+        status, body = add(server.port, "transfer", batch)
+        check(status == 200, f"import drill: add failed: {status} {body}")
+    status, export = raw(server.port, "GET", "/export?user_id=transfer&embeddings=true")
+    check(status == 200, f"export: {status}")
+    ndjson = {"content-type": "application/x-ndjson"}
+
+    # kill -9 while the import runs, restart, send the same file again.
+    body = renamed(export, "transfer-killed")
+    outcome = {}
+    sender = threading.Thread(target=lambda: outcome.update(result=_try(lambda: raw(server.port, "POST", "/import", body, ndjson))))
+    sender.start()
+    time.sleep(1.0)
+    server.kill9()
+    sender.join()
+    server.start()
+    before = len(listing(server.port, "transfer-killed"))
+    status, report = raw(server.port, "POST", "/import", body, ndjson)
+    report = json.loads(report)
+    check(status == 200 and report["failed"] == 0 and report["imported"] + report["existing"] == total,
+          f"re-import after kill -9: {status} {report}")
+    imported_once(server.port, "transfer-killed", total)
+    print(f"  import: kill -9 one second into an import of {total}: {before} stored before the kill; "
+          f"sending the file again imported {report['imported']}, found {report['existing']}; "
+          f"{total} memories once, each with its one history entry")
+
+    # A client that hangs up half way through the body, then sends the whole file.
+    body = renamed(export, "transfer-cut")
+    with socket.create_connection(("127.0.0.1", server.port)) as connection:
+        head = (f"POST /import HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/x-ndjson\r\n"
+                f"content-length: {len(body)}\r\n\r\n").encode()
+        connection.sendall(head + body[: len(body) // 2])
+        time.sleep(1.0)
+    time.sleep(1.0)
+    before = len(listing(server.port, "transfer-cut"))
+    status, report = raw(server.port, "POST", "/import", body, ndjson)
+    report = json.loads(report)
+    check(status == 200 and report["failed"] == 0 and report["imported"] + report["existing"] == total,
+          f"re-import after a hang-up: {status} {report}")
+    imported_once(server.port, "transfer-cut", total)
+    print(f"  import: a client hung up half way through the body: {before} stored; the whole file then imported "
+          f"{report['imported']}, found {report['existing']}; {total} memories once, each with its one history entry")
+
+
+def _try(call):
+    try:
+        return call()
+    except OSError as error:
+        return error
+
+
 def drill_search(server, rng):
     memories = int(os.environ.get("DRILL_SEARCH_MEMORIES", "1000"))
     requests_per_cell = int(os.environ.get("DRILL_SEARCH_REQUESTS", "200"))
@@ -499,6 +596,8 @@ def main():
                     drill_kill(server, rng)
                 if "queue" in PHASES:
                     drill_queue(server, rng)
+                if "import" in PHASES:
+                    drill_import(server, rng)
                 if "search" in PHASES:
                     drill_search(server, rng)
                 if "replicas" in PHASES:
