@@ -428,6 +428,9 @@ def load(ports, clients, total, path, make_body):
     return len(latencies) / (time.perf_counter() - began), latencies, errors
 
 
+NDJSON = {"content-type": "application/x-ndjson"}
+
+
 def raw(port, method, path, body=b"", headers=None, timeout=600):
     """Status and body bytes of one request (for the JSON-lines routes)."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
@@ -474,26 +477,17 @@ def drill_import(server, rng):
         check(status == 200, f"import drill: add failed: {status} {body}")
     status, export = raw(server.port, "GET", "/export?user_id=transfer&embeddings=true")
     check(status == 200, f"export: {status}")
-    ndjson = {"content-type": "application/x-ndjson"}
 
     # kill -9 while the import runs, restart, send the same file again.
     body = renamed(export, "transfer-killed")
     outcome = {}
-    sender = threading.Thread(target=lambda: outcome.update(result=_try(lambda: raw(server.port, "POST", "/import", body, ndjson))))
+    sender = threading.Thread(target=lambda: outcome.update(result=_try(lambda: raw(server.port, "POST", "/import", body, NDJSON))))
     sender.start()
     time.sleep(1.0)
     server.kill9()
     sender.join()
     server.start()
-    before = len(listing(server.port, "transfer-killed"))
-    status, report = raw(server.port, "POST", "/import", body, ndjson)
-    report = json.loads(report)
-    check(status == 200 and report["failed"] == 0 and report["imported"] + report["existing"] == total,
-          f"re-import after kill -9: {status} {report}")
-    imported_once(server.port, "transfer-killed", total)
-    print(f"  import: kill -9 one second into an import of {total}: {before} stored before the kill; "
-          f"sending the file again imported {report['imported']}, found {report['existing']}; "
-          f"{total} memories once, each with its one history entry")
+    send_again(server.port, body, "transfer-killed", total, f"kill -9 one second into an import of {total}")
 
     # A client that hangs up half way through the body, then sends the whole file.
     body = renamed(export, "transfer-cut")
@@ -503,14 +497,19 @@ def drill_import(server, rng):
         connection.sendall(head + body[: len(body) // 2])
         time.sleep(1.0)
     time.sleep(1.0)
-    before = len(listing(server.port, "transfer-cut"))
-    status, report = raw(server.port, "POST", "/import", body, ndjson)
+    send_again(server.port, body, "transfer-cut", total, "a client hung up half way through the body")
+
+
+def send_again(port, body, user, total, what):
+    """After an interrupted import of `body`: the whole file again completes it, each memory once."""
+    before = len(listing(port, user))
+    status, report = raw(port, "POST", "/import", body, NDJSON)
     report = json.loads(report)
     check(status == 200 and report["failed"] == 0 and report["imported"] + report["existing"] == total,
-          f"re-import after a hang-up: {status} {report}")
-    imported_once(server.port, "transfer-cut", total)
-    print(f"  import: a client hung up half way through the body: {before} stored; the whole file then imported "
-          f"{report['imported']}, found {report['existing']}; {total} memories once, each with its one history entry")
+          f"re-import after {what}: {status} {report}")
+    imported_once(port, user, total)
+    print(f"  import: {what}: {before} stored; sending the file again imported {report['imported']}, found "
+          f"{report['existing']}; {total} memories once, each with its one history entry")
 
 
 def _try(call):

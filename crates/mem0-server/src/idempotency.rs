@@ -59,10 +59,6 @@ pub async fn idempotent(State(state): State<AppState>, request: Request, next: N
         let message = format!("not accepted on POST {path}: its response holds a secret shown only once");
         return ApiError::validation("Idempotency-Key", message).into_response();
     }
-    if path == "/import" {
-        let message = "not accepted on POST /import: an import is idempotent by memory id, and its body is streamed";
-        return ApiError::validation("Idempotency-Key", message).into_response();
-    }
     let Some(caller) = request.extensions().get::<Caller>().cloned() else { return next.run(request).await };
     let (parts, body) = request.into_parts();
     // The body was buffered by the body layer: collecting it again costs nothing.

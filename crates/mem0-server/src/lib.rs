@@ -73,7 +73,8 @@ pub fn app(state: AppState) -> Router {
     let layered_as = |group: Router<AppState>, class: RouteClass, streamed: bool| {
         let group = group.layer(DefaultBodyLimit::max(server.body_limit_bytes)).layer(concurrency.clone());
         // Reads (search included) ignore Idempotency-Key: nothing to protect, nothing to keep.
-        let group = if class == RouteClass::Read {
+        // Streamed routes refuse it themselves (their body cannot be kept for a replay).
+        let group = if class == RouteClass::Read || streamed {
             group
         } else {
             group.layer(middleware::from_fn_with_state(state.clone(), idempotency::idempotent))

@@ -281,6 +281,10 @@ pub async fn import_memories(
     headers: HeaderMap,
     body: Body,
 ) -> Result<AppJson<ImportResponse>, ApiError> {
+    if headers.contains_key(crate::idempotency::HEADER) {
+        let message = "not accepted on POST /import: an import is idempotent by memory id, and its body is streamed";
+        return Err(ApiError::validation("Idempotency-Key", message));
+    }
     let caller = in_tenant(caller, query.tenant, "an import")?;
     caller.require(mem0_core::Role::Admin)?;
     let media = headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok()).unwrap_or_default();
