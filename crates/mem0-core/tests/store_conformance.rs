@@ -1167,6 +1167,243 @@ async fn open_sqlite() -> (SqliteStore, tempfile::TempDir) {
 
 conformance_suite!(sqlite, open_sqlite().await);
 
+/// The embedded store with its per-scope search index off: every search through SQL.
+async fn open_sqlite_without_index() -> (SqliteStore, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open_with_caches(&dir.path().join("memories.db"), 0, 0).await.expect("open");
+    (store, dir)
+}
+
+conformance_suite!(sqlite_without_index, open_sqlite_without_index().await);
+
+/// A small deterministic generator (no dependency for a test's dice).
+struct Dice(u64);
+
+impl Dice {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 33) % n as u64) as usize
+    }
+}
+
+const WORDS: &[&str] = &["violin", "lisbon", "tea", "peanut", "bike", "curry", "chess", "osaka", "jazz", "camera"];
+const NAMES: &[&str] = &["Maria", "Tom", "Aiko", "Lars"];
+
+fn name_vector(name: &str) -> Vec<f32> {
+    let index = NAMES.iter().position(|known| *known == name).unwrap_or(0) as f32;
+    unit([1.0, index, 0.5, -index])
+}
+
+/// A random memory of one of a few scopes (two tenants, a user with and without an agent, an
+/// agent alone), some expired, with a few analysed words.
+fn random_record(dice: &mut Dice) -> MemoryRecord {
+    let tenant = ["t", "t", "t", "t2"][dice.below(4)];
+    let words: Vec<&str> = (0..1 + dice.below(4)).map(|_| WORDS[dice.below(WORDS.len())]).collect();
+    let text = words.join(" ");
+    let vector = unit([1.0 + dice.below(5) as f32, dice.below(7) as f32, dice.below(3) as f32, 0.5]);
+    let kind = ["a", "b"][dice.below(2)];
+    let mut memory = record(tenant, "u1", &text, vector, json!({ "kind": kind }), 0);
+    memory.scope = match dice.below(4) {
+        0 => Scope::new(Some("u1"), Some("a1"), None),
+        1 => Scope::new(Some("u2"), None, None),
+        2 => Scope::new(None, Some("a1"), None),
+        _ => Scope::new(Some("u1"), None, None),
+    }
+    .expect("scope");
+    memory.text_lemmatized = text;
+    if dice.below(6) == 0 {
+        memory.expiration_date = NaiveDate::from_ymd_opt(2000, 1, 1);
+    }
+    memory
+}
+
+fn random_links(dice: &mut Dice, memory: &MemoryRecord) -> Vec<EntityLink> {
+    (0..dice.below(3))
+        .map(|_| {
+            let name = NAMES[dice.below(NAMES.len())];
+            EntityLink {
+                memory_id: memory.id,
+                tenant: memory.tenant.clone(),
+                scope: memory.scope.clone(),
+                name: name.to_owned(),
+                normalized: name.to_lowercase(),
+                kind: "proper".to_owned(),
+                embedding: name_vector(name),
+            }
+        })
+        .collect()
+}
+
+/// One random write: inserts with links, an update (new text, vector, expiration or status), a
+/// delete, or new links for a memory.
+fn random_write(dice: &mut Dice, live: &mut Vec<MemoryRecord>) -> WriteSet {
+    match (dice.below(10), live.is_empty()) {
+        (0..=4, _) | (_, true) => {
+            let records: Vec<MemoryRecord> = (0..1 + dice.below(4)).map(|_| random_record(dice)).collect();
+            let links = records.iter().flat_map(|memory| random_links(dice, memory)).collect();
+            live.extend(records.iter().cloned());
+            WriteSet { links, merge_threshold: 0.99, ..WriteSet::insert(&records) }
+        }
+        (5..=6, _) => {
+            let at = dice.below(live.len());
+            let mut memory = random_record(dice);
+            memory.id = live[at].id;
+            memory.tenant = live[at].tenant.clone();
+            memory.scope = live[at].scope.clone();
+            if dice.below(3) == 0 {
+                memory.state.status = MemoryStatus::Superseded;
+            }
+            live[at] = memory.clone();
+            WriteSet::update(&memory)
+        }
+        (7..=8, _) => {
+            let memory = live.swap_remove(dice.below(live.len()));
+            WriteSet::delete(&memory.tenant, &[memory.id])
+        }
+        _ => {
+            let memory = live[dice.below(live.len())].clone();
+            WriteSet::relink(&random_links(dice, &memory), &[memory.id], 0.99)
+        }
+    }
+}
+
+/// Every query shape a search asks the store: scopes, expiration, supersession, a filter.
+fn index_queries() -> Vec<ScopedQuery> {
+    let mut queries = Vec::new();
+    for tenant in ["t", "t2"] {
+        for (user, agent) in [(Some("u1"), None), (Some("u1"), Some("a1")), (None, Some("a1")), (Some("u2"), None)] {
+            for (show_expired, include_superseded) in [(false, false), (true, true)] {
+                queries.push(ScopedQuery {
+                    scope: Scope::new(user, agent, None).expect("scope"),
+                    show_expired,
+                    include_superseded,
+                    ..query(tenant, "u1", None)
+                });
+            }
+        }
+    }
+    queries.push(query("t", "u1", Some(json!({"kind": "a"}))));
+    queries
+}
+
+/// What each retriever finds for `query`, in a comparable form (entity rows have store-made
+/// ids, so matches are compared by probe; scores rounded against summation order).
+async fn retrieved(store: &dyn VectorStore, query: &ScopedQuery) -> Vec<String> {
+    let vector = unit([2.0, 3.0, 1.0, 0.5]);
+    let mut dense: Vec<(Uuid, i64)> = store
+        .search(query, &vector, 1000, 0.0)
+        .await
+        .expect("dense")
+        .iter()
+        .map(|hit| (hit.record.id, (f64::from(hit.score) * 1e6).round() as i64))
+        .collect();
+    dense.sort();
+    let terms: Vec<String> = ["violin", "tea", "chess", "absent"].iter().map(|term| (*term).to_owned()).collect();
+    let keywords = store.keyword_candidates(query, &terms, 1000).await.expect("keywords");
+    let mut top: Vec<(Uuid, i64)> =
+        keywords.top.iter().map(|(id, score)| (*id, (score * 1e9).round() as i64)).collect();
+    top.sort();
+    let mut frequencies: Vec<(String, u64)> = keywords.stats.document_frequency.into_iter().collect();
+    frequencies.sort();
+    let probes: Vec<EntityProbe> = ["maria", "aiko", "nobody"]
+        .iter()
+        .map(|name| EntityProbe { normalized: (*name).to_owned(), embedding: name_vector("Maria") })
+        .collect();
+    let entities = store.entity_candidates(query, &probes, 0.999, 1000).await.expect("entities");
+    let mut matched: Vec<Vec<usize>> = entities.matched.iter().map(|(_, probes)| probes.clone()).collect();
+    matched.sort();
+    let mut hits: Vec<(Uuid, usize)> = entities.hits.iter().map(|hit| (hit.memory_id, hit.probe)).collect();
+    hits.sort();
+    let best = store.search(query, &vector, 3, 0.0).await.expect("dense top 3");
+    vec![
+        format!("dense {dense:?}"),
+        format!("dense top 3 {:?}", best.iter().map(|hit| hit.record.id).collect::<Vec<_>>()),
+        format!("keyword stats {} {:.9} {frequencies:?}", keywords.stats.doc_count, keywords.stats.avg_doc_len),
+        format!("keyword top {top:?}"),
+        format!("entities {matched:?} {:?} {hits:?}", entities.linked),
+    ]
+}
+
+/// The per-scope index answers every query as the SQL does, through a random run of inserts,
+/// updates, deletes, relinks and a reset, checked after every few writes.
+#[tokio::test]
+async fn sqlite_index_answers_as_sql_through_random_writes() {
+    let (indexed, _guard) = open_sqlite().await;
+    let (plain, _plain_guard) = open_sqlite_without_index().await;
+    // Room for 60 memories in all: scopes are evicted, and the larger ones searched through SQL.
+    let small_dir = tempfile::tempdir().expect("temp dir");
+    let small = SqliteStore::open_with_caches(&small_dir.path().join("memories.db"), 60, 60).await.expect("open");
+    for store in [&indexed, &plain, &small] {
+        store.ensure_dimension(DIM, "test").await.expect("dimension");
+    }
+    let mut dice = Dice(7);
+    let mut live = Vec::new();
+    for step in 0..400 {
+        let write = random_write(&mut dice, &mut live);
+        for store in [&indexed, &plain, &small] {
+            store.apply(&write).await.expect("write");
+        }
+        if step == 250 {
+            for store in [&indexed, &plain, &small] {
+                store.reset(Some("t2")).await.expect("reset");
+            }
+            live.retain(|memory| memory.tenant != "t2");
+        }
+        if step % 20 == 19 {
+            for query in index_queries() {
+                let want = retrieved(&plain, &query).await;
+                for got in [retrieved(&indexed, &query).await, retrieved(&small, &query).await] {
+                    for (want, got) in want.iter().zip(&got) {
+                        assert_eq!(got, want, "step {step}, query {query:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writers and searchers at once on one indexed store: afterwards its answers are those of a
+/// handle on the same file that searches through SQL (no write was missed by the index).
+#[tokio::test]
+async fn sqlite_index_misses_no_write_made_during_searches() {
+    let (indexed, guard) = open_sqlite().await;
+    indexed.ensure_dimension(DIM, "test").await.expect("dimension");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for seed in 0..4u64 {
+        let store = indexed.clone();
+        writers.push(tokio::spawn(async move {
+            let mut dice = Dice(seed + 100);
+            let mut live = Vec::new();
+            for _ in 0..150 {
+                store.apply(&random_write(&mut dice, &mut live)).await.expect("write");
+            }
+        }));
+    }
+    let mut searchers = Vec::new();
+    for _ in 0..3 {
+        let (store, done) = (indexed.clone(), std::sync::Arc::clone(&done));
+        searchers.push(tokio::spawn(async move {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                for query in index_queries() {
+                    retrieved(&store, &query).await;
+                }
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for searcher in searchers {
+        searcher.await.expect("searcher");
+    }
+    let plain = SqliteStore::open_with_caches(&guard.path().join("memories.db"), 0, 0).await.expect("open");
+    for query in index_queries() {
+        assert_eq!(retrieved(&indexed, &query).await, retrieved(&plain, &query).await, "query {query:?}");
+    }
+}
+
 async fn open_pg() -> (mem0_core::store::PgVectorStore, PgDatabase) {
     let database = PgDatabase::create().await;
     let store = mem0_core::store::PgVectorStore::connect(&database.url(), &mem0_core::store::PgVectorConfig::default())

@@ -27,10 +27,12 @@ use uuid::Uuid;
 
 mod cache;
 mod codec;
+mod index;
 mod write;
 
 use self::cache::{RecordCache, SharedVector, VectorCache};
 use self::codec::{decode_embedding, from_micros, micros, row_to_record};
+use self::index::{Change, ScopeIndexes};
 use self::write::{apply_in, scope_entities, settle_in};
 use super::sql::{where_clause, Bind, Sqlite};
 use super::{cap_matched, AccessLog, EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
@@ -67,6 +69,8 @@ pub struct SqliteStore {
     pool: SqlitePool,
     cache: Arc<VectorCache>,
     records: Arc<RecordCache>,
+    /// Per-scope search indexes (bounded by the vector cache's size; see `index.rs`).
+    indexes: Arc<ScopeIndexes>,
     turns: WriteTurns,
 }
 
@@ -99,6 +103,7 @@ impl SqliteStore {
             pool,
             cache: Arc::new(VectorCache::new(vector_entries)),
             records: Arc::new(RecordCache::new(record_entries)),
+            indexes: Arc::new(ScopeIndexes::new(vector_entries)),
             turns: WriteTurns::default(),
         })
     }
@@ -128,6 +133,18 @@ impl SqliteStore {
         }
         Ok(found)
     }
+}
+
+/// The memories a write changed, for the search indexes: inserts, updates and deletes with their
+/// scope; relinked rows and rows whose state a key chain changed without.
+fn changes(write: &WriteSet, applied: &Applied, restated: &[Uuid]) -> Vec<Change> {
+    let known = write.insert.iter().chain(&write.update).chain(&applied.deleted).map(|record| Change {
+        tenant: Some(record.tenant.clone()),
+        id: record.id,
+        scope: Some(record.scope.clone()),
+    });
+    let unknown = write.relink.iter().chain(restated).map(|id| Change { tenant: None, id: *id, scope: None });
+    known.chain(unknown).collect()
 }
 
 /// Memories per upsert of the read log (4 parameters each).
@@ -276,6 +293,7 @@ impl MemoryRows for SqliteStore {
         self.cache.invalidate(changed.clone().copied());
         // Rows whose state the key chains changed are cached rows too.
         self.records.invalidate(changed.chain(&restated).copied());
+        self.indexes.record(changes(write, &applied, &restated));
         committed?;
         Ok(applied)
     }
@@ -407,10 +425,13 @@ impl MemoryRows for SqliteStore {
                 sqlx::query("delete from history_journal").execute(&mut *transaction).await?;
             }
         }
-        transaction.commit().await?;
-        // Other tenants' entries stay valid, but a reset is rare: start afresh.
+        let committed = transaction.commit().await;
+        // Other tenants' entries stay valid, but a reset is rare: start afresh (whatever the
+        // commit answered, as for every write).
         self.cache.clear();
         self.records.clear();
+        self.indexes.clear();
+        committed?;
         Ok(())
     }
 
@@ -572,30 +593,23 @@ impl VectorIndex for SqliteStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let (sql, binds) = where_clause(Sqlite, query, 1).into_parts();
-        // One row holding every matching id, run together (each is 36 characters): the driver's
-        // per-row cost is paid once, and nothing needs quoting or unquoting (a JSON array of them
-        // cost ~2 ms more at 10,000 memories).
-        let statement = format!("select coalesce(group_concat(id, ''), '') from memories where {sql}");
-        let ids_text: String = bind_all(sqlx::query(&statement), &binds).fetch_one(&self.pool).await?.try_get(0)?;
-        let ids = concatenated_ids(&ids_text)?;
-        let vectors = self.vectors(&query.tenant, &ids).await?;
-        let mut heap = BinaryHeap::with_capacity(limit + 1);
-        for (id, stored) in &vectors {
-            if stored.len() != vector.len() {
-                continue;
+        let index = self.indexes.fresh(&self.pool, query).await?;
+        let best = match (&index, &query.filter) {
+            (Some(slot), None) => slot.read().as_ref().map(|index| index.dense(query, vector, limit, threshold, None)),
+            _ => None,
+        };
+        let best = match best {
+            Some(best) => best,
+            None => {
+                let ids = self.visible_ids(query).await?;
+                match index.as_ref().and_then(|slot| {
+                    slot.read().as_ref().map(|index| index.dense(query, vector, limit, threshold, Some(&ids)))
+                }) {
+                    Some(best) => best,
+                    None => self.dense_from_database(query, &ids, vector, limit, threshold).await?,
+                }
             }
-            // Vectors are unit length, so the dot product is the cosine; clip to [0, 1] like Mem0.
-            let score = dot(stored, vector).clamp(0.0, 1.0);
-            if score < threshold {
-                continue;
-            }
-            heap.push(Candidate { score, id: *id });
-            if heap.len() > limit {
-                heap.pop();
-            }
-        }
-        let best = heap.into_sorted_vec();
+        };
         if best.is_empty() {
             return Ok(Vec::new());
         }
@@ -613,6 +627,46 @@ impl VectorIndex for SqliteStore {
 }
 
 impl SqliteStore {
+    /// The ids of the memories the query shows (its filter included).
+    async fn visible_ids(&self, query: &ScopedQuery) -> Result<Vec<Uuid>> {
+        let (sql, binds) = where_clause(Sqlite, query, 1).into_parts();
+        // One row holding every matching id, run together (each is 36 characters): the driver's
+        // per-row cost is paid once, and nothing needs quoting or unquoting (a JSON array of them
+        // cost ~2 ms more at 10,000 memories).
+        let statement = format!("select coalesce(group_concat(id, ''), '') from memories where {sql}");
+        let ids_text: String = bind_all(sqlx::query(&statement), &binds).fetch_one(&self.pool).await?.try_get(0)?;
+        concatenated_ids(&ids_text)
+    }
+
+    /// Dense search over `ids` with the embeddings from the vector cache or the database (scopes
+    /// too large for an index).
+    async fn dense_from_database(
+        &self,
+        query: &ScopedQuery,
+        ids: &[Uuid],
+        vector: &[f32],
+        limit: usize,
+        threshold: f32,
+    ) -> Result<Vec<Candidate>> {
+        let vectors = self.vectors(&query.tenant, ids).await?;
+        let mut heap = BinaryHeap::with_capacity(limit + 1);
+        for (id, stored) in &vectors {
+            if stored.len() != vector.len() {
+                continue;
+            }
+            // Vectors are unit length, so the dot product is the cosine; clip to [0, 1] like Mem0.
+            let score = dot(stored, vector).clamp(0.0, 1.0);
+            if score < threshold {
+                continue;
+            }
+            heap.push(Candidate { score, id: *id });
+            if heap.len() > limit {
+                heap.pop();
+            }
+        }
+        Ok(heap.into_sorted_vec())
+    }
+
     /// Those of `ranked` (memories of the query's tenant) that the query shows: not expired (unless
     /// `show_expired`) and not superseded or retired (unless `include_superseded`). Read through
     /// the row cache: the retriever reads these rows next anyway.
@@ -656,6 +710,13 @@ impl KeywordIndex for SqliteStore {
         terms: &[String],
         limit: usize,
     ) -> Result<KeywordCandidates> {
+        if query.filter.is_none() {
+            if let Some(slot) = self.indexes.fresh(&self.pool, query).await? {
+                if let Some(index) = slot.read().as_ref() {
+                    return Ok(index.keywords(query, terms, limit));
+                }
+            }
+        }
         let (doc_count, avg_doc_len) = self.scope_stats(query).await?;
         let mut stats = KeywordStats { doc_count, avg_doc_len, document_frequency: HashMap::new() };
         if doc_count == 0 || terms.is_empty() {
@@ -782,6 +843,13 @@ impl EntityIndex for SqliteStore {
         let mut found = EntityCandidates { linked: vec![0; probes.len()], ..EntityCandidates::default() };
         if probes.is_empty() {
             return Ok(found);
+        }
+        if query.filter.is_none() {
+            if let Some(slot) = self.indexes.fresh(&self.pool, query).await? {
+                if let Some(index) = slot.read().as_ref() {
+                    return Ok(index.entities(query, probes, threshold, limit));
+                }
+            }
         }
         let mut connection = self.pool.acquire().await?;
         for (id, normalized, embedding) in scope_entities(&mut connection, &query.tenant, &query.scope, false).await? {
