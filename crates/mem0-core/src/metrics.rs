@@ -389,8 +389,13 @@ impl EntityIndex for ObservedStore {
         self.timed("entity_candidates", self.inner.entity_candidates(query, probes, threshold, limit)).await
     }
 
-    async fn entity_links(&self, matched: &[(String, Vec<usize>)], memory_ids: &[Uuid]) -> Result<Vec<EntityHit>> {
-        self.timed("entity_links", self.inner.entity_links(matched, memory_ids)).await
+    async fn entity_links(
+        &self,
+        query: &ScopedQuery,
+        matched: &[(String, Vec<usize>)],
+        memory_ids: &[Uuid],
+    ) -> Result<Vec<EntityHit>> {
+        self.timed("entity_links", self.inner.entity_links(query, matched, memory_ids)).await
     }
 }
 

@@ -762,7 +762,10 @@ async fn check_entity_links(store: &dyn VectorStore) {
     assert_eq!(hits_for(best.hits), vec![(m2.id, 0)]);
     assert_eq!(best.linked, vec![2]);
     assert_eq!(best.matched.len(), 1, "one entity row per scope and name");
-    let links = store.entity_links(&best.matched, &[m1.id, m3.id, Uuid::now_v7()]).await.expect("links");
+    let links = store
+        .entity_links(&query("t", "u", None), &best.matched, &[m1.id, m3.id, Uuid::now_v7()])
+        .await
+        .expect("links");
     assert_eq!(hits_for(links), vec![(m1.id, 0)], "m3 is linked to the other user's row");
     // By embedding when the name differs; "Swedish Kingdom" was merged into "Sweden".
     let hits = entity_memories(
@@ -1315,7 +1318,17 @@ async fn retrieved(store: &dyn VectorStore, query: &ScopedQuery) -> Vec<String> 
     let mut hits: Vec<(Uuid, usize)> = entities.hits.iter().map(|hit| (hit.memory_id, hit.probe)).collect();
     hits.sort();
     let best = store.search(query, &vector, 3, 0.0).await.expect("dense top 3");
+    let ids: Vec<Uuid> = dense.iter().map(|(id, _)| *id).chain(top.iter().map(|(id, _)| *id)).collect();
+    let mut links: Vec<(Uuid, usize)> = store
+        .entity_links(query, &entities.matched, &ids)
+        .await
+        .expect("links")
+        .iter()
+        .map(|hit| (hit.memory_id, hit.probe))
+        .collect();
+    links.sort();
     vec![
+        format!("links {links:?}"),
         format!("dense {dense:?}"),
         format!("dense top 3 {:?}", best.iter().map(|hit| hit.record.id).collect::<Vec<_>>()),
         format!("keyword stats {} {:.9} {frequencies:?}", keywords.stats.doc_count, keywords.stats.avg_doc_len),

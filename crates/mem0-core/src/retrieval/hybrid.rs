@@ -167,7 +167,7 @@ impl Retriever {
         if !entity_found.matched.is_empty() {
             let unlinked: Vec<Uuid> = candidates.keys().filter(|id| !entity_set.contains(id)).copied().collect();
             if !unlinked.is_empty() {
-                entity_hits.extend(self.store.entity_links(&entity_found.matched, &unlinked).await?);
+                entity_hits.extend(self.store.entity_links(query, &entity_found.matched, &unlinked).await?);
             }
         }
         let entity = EntityScores::new(EntityScores::weights(&entity_found.linked, bm25.doc_count), &entity_hits);

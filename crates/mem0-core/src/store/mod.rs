@@ -731,9 +731,14 @@ pub trait EntityIndex: Send + Sync {
         limit: usize,
     ) -> Result<EntityCandidates>;
 
-    /// The links of `memory_ids` to the `matched` entity rows (of one scope, from
-    /// [`EntityIndex::entity_candidates`]), as hits.
-    async fn entity_links(&self, matched: &[(String, Vec<usize>)], memory_ids: &[Uuid]) -> Result<Vec<EntityHit>>;
+    /// The links of `memory_ids` to the `matched` entity rows (found by
+    /// [`EntityIndex::entity_candidates`] for `query`, whose scope they are of), as hits.
+    async fn entity_links(
+        &self,
+        query: &ScopedQuery,
+        matched: &[(String, Vec<usize>)],
+        memory_ids: &[Uuid],
+    ) -> Result<Vec<EntityHit>>;
 }
 
 /// When memories were last read (see [`crate::decay`]).

@@ -748,7 +748,12 @@ impl EntityIndex for PgVectorStore {
         Ok(found)
     }
 
-    async fn entity_links(&self, matched: &[(String, Vec<usize>)], memory_ids: &[Uuid]) -> Result<Vec<EntityHit>> {
+    async fn entity_links(
+        &self,
+        _query: &ScopedQuery,
+        matched: &[(String, Vec<usize>)],
+        memory_ids: &[Uuid],
+    ) -> Result<Vec<EntityHit>> {
         if matched.is_empty() || memory_ids.is_empty() {
             return Ok(Vec::new());
         }

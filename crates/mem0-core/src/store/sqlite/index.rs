@@ -559,6 +559,22 @@ impl ScopeIndex {
         KeywordCandidates { stats, top }
     }
 
+    /// The links of `memory_ids` to the `matched` entity rows, one hit per link and probe (as the
+    /// SQL of `EntityIndex::entity_links`).
+    pub(super) fn links_of(&self, matched: &[(String, Vec<usize>)], memory_ids: &[Uuid]) -> Vec<EntityHit> {
+        let wanted: HashSet<u32> = memory_ids.iter().filter_map(|id| self.position.get(id).copied()).collect();
+        let mut hits = Vec::new();
+        for (entity, probes) in matched {
+            for entry in self.links.get(entity).map_or(&[][..], Vec::as_slice) {
+                if wanted.contains(entry) && self.alive(*entry as usize) {
+                    let memory_id = self.ids[*entry as usize];
+                    hits.extend(probes.iter().map(|probe| EntityHit { memory_id, probe: *probe }));
+                }
+            }
+        }
+        hits
+    }
+
     /// The entity candidates of the probes, as the SQL of `EntityIndex::entity_candidates`
     /// computes them without a metadata filter.
     pub(super) fn entities(

@@ -940,10 +940,21 @@ impl EntityIndex for SqliteStore {
         Ok(found)
     }
 
-    async fn entity_links(&self, matched: &[(String, Vec<usize>)], memory_ids: &[Uuid]) -> Result<Vec<EntityHit>> {
+    async fn entity_links(
+        &self,
+        query: &ScopedQuery,
+        matched: &[(String, Vec<usize>)],
+        memory_ids: &[Uuid],
+    ) -> Result<Vec<EntityHit>> {
         let mut hits = Vec::new();
         if matched.is_empty() {
             return Ok(hits);
+        }
+        // The index holds every link of the scope (a filter narrows memories, not links).
+        if let Some(slot) = self.indexes.fresh(&self.pool, query).await? {
+            if let Some(index) = slot.read().as_ref() {
+                return Ok(index.links_of(matched, memory_ids));
+            }
         }
         let values = matched_values(matched, None);
         for chunk in memory_ids.chunks(FETCH_CHUNK) {
