@@ -9,8 +9,10 @@
 //! figures are the server's and the database's own work; the local MiniLM's cost per query is
 //! measured by the `embedded` and `long_turns` benchmarks.
 //!
-//! After the searches at each size, four writers add 2,000 one-message memories verbatim into
-//! the same scope (p50/p99/max per add, and the size of the SQLite write-ahead logs after).
+//! After the searches at each size: hybrid searches from 4 clients while one writer adds to the
+//! same user (each search then catches up with the writes first); four writers adding 2,000
+//! one-message memories verbatim into the same scope (p50/p99/max per add, and the size of the
+//! SQLite write-ahead logs after); the process's resident memory.
 //!
 //! Run: `cargo bench -p mem0-core --bench search_scale` (env `BENCH_SCALES`, default
 //! `100,1000,10000`; `BENCH_STORES`, default `sqlite,pgvector`; `BENCH_REQUESTS` per cell,
@@ -343,8 +345,64 @@ async fn bench_store(
                 raw_knn(pool, &user, clients, requests, &vectors).await;
             }
         }
+        mixed_cell(
+            &format!("{name} {count} hybrid + 1 writer"),
+            &memory,
+            &caller,
+            &user,
+            requests,
+            &queries,
+            pool.is_some(),
+        )
+        .await;
         write_cell(&format!("{name} {count} verbatim adds"), &memory, &caller, &user, 4, wal).await;
+        println!("{name} {count} resident memory {:.0} MB", resident_mb());
     }
+}
+
+/// Hybrid searches from 4 clients while one writer adds to the same user without pause: each
+/// search after a write first brings the scope's state up to date (the CPU column includes the
+/// writer's work).
+async fn mixed_cell(
+    label: &str,
+    memory: &Memory,
+    caller: &Caller,
+    user: &str,
+    requests: usize,
+    queries: &Arc<Vec<String>>,
+    with_postgres: bool,
+) {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (memory, caller, user, stop) = (memory.clone(), caller.clone(), user.to_owned(), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut adds = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let request = verbatim(&user, vec![Rng(0x9e37_79b9 + adds as u64).fact(adds)]);
+                memory.add(&caller, request).await.expect("add");
+                adds += 1;
+            }
+            adds
+        })
+    };
+    let started = Instant::now();
+    run_cell(label, memory, caller, user, SearchMode::Hybrid, 4, requests, queries, with_postgres).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let adds = writer.await.expect("writer");
+    println!("{:<30}       {:>8.0} adds/s meanwhile", "", adds as f64 / started.elapsed().as_secs_f64());
+}
+
+/// This process's resident set (`VmRSS`), in MB.
+fn resident_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                line.strip_prefix("VmRSS:").map(|rest| rest.trim().trim_end_matches("kB").trim().to_owned())
+            })
+        })
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 #[tokio::main(flavor = "multi_thread")]

@@ -76,7 +76,9 @@ pub enum VectorStoreProvider {
 pub struct SqliteStoreConfig {
     /// Path of the database file.
     pub path: PathBuf,
-    /// Most embeddings kept in memory for search (each costs 4 bytes a dimension).
+    /// Most memories the per-scope search indexes hold together (each costs its embedding, 4
+    /// bytes a dimension, plus its postings and links); also bounds the embeddings cached for
+    /// scopes too large to index. 0: no indexes, every search through SQL.
     #[serde(default = "default_vector_cache_entries")]
     pub vector_cache_entries: usize,
     /// Most memory rows kept in memory for search (a row is its embedding, texts and metadata:

@@ -1318,7 +1318,10 @@ async fn retrieved(store: &dyn VectorStore, query: &ScopedQuery) -> Vec<String> 
     let mut hits: Vec<(Uuid, usize)> = entities.hits.iter().map(|hit| (hit.memory_id, hit.probe)).collect();
     hits.sort();
     let best = store.search(query, &vector, 3, 0.0).await.expect("dense top 3");
-    let ids: Vec<Uuid> = dense.iter().map(|(id, _)| *id).chain(top.iter().map(|(id, _)| *id)).collect();
+    // Distinct, as the retriever asks (the SQL answers once per chunk an id is listed in).
+    let mut ids: Vec<Uuid> = dense.iter().map(|(id, _)| *id).chain(top.iter().map(|(id, _)| *id)).collect();
+    ids.sort();
+    ids.dedup();
     let mut links: Vec<(Uuid, usize)> = store
         .entity_links(query, &entities.matched, &ids)
         .await
@@ -1377,10 +1380,14 @@ async fn sqlite_index_answers_as_sql_through_random_writes() {
 
 /// Writers and searchers at once on one indexed store: afterwards its answers are those of a
 /// handle on the same file that searches through SQL (no write was missed by the index).
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_index_misses_no_write_made_during_searches() {
     let (indexed, guard) = open_sqlite().await;
     indexed.ensure_dimension(DIM, "test").await.expect("dimension");
+    // Scopes of a few thousand memories, so searches of the index also run as blocking work.
+    let mut dice = Dice(99);
+    let many: Vec<MemoryRecord> = (0..6000).map(|_| random_record(&mut dice)).collect();
+    insert(&indexed, &many).await.expect("insert");
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut writers = Vec::new();
     for seed in 0..4u64 {
@@ -1413,7 +1420,12 @@ async fn sqlite_index_misses_no_write_made_during_searches() {
     }
     let plain = SqliteStore::open_with_caches(&guard.path().join("memories.db"), 0, 0).await.expect("open");
     for query in index_queries() {
-        assert_eq!(retrieved(&indexed, &query).await, retrieved(&plain, &query).await, "query {query:?}");
+        let (got, want) = (retrieved(&indexed, &query).await, retrieved(&plain, &query).await);
+        for (got, want) in got.iter().zip(&want) {
+            let first = got.chars().zip(want.chars()).position(|(a, b)| a != b).unwrap_or(0);
+            let around = |text: &str| text.chars().skip(first.saturating_sub(80)).take(200).collect::<String>();
+            assert!(got == want, "query {query:?}: {} …{}… instead of …{}…", &want[..12], around(got), around(want));
+        }
     }
 }
 

@@ -2,15 +2,17 @@
 //! and timestamps, metadata as JSON, embeddings as little-endian f32 blobs, and exact cosine search
 //! over the scope-filtered rows.
 //!
-//! Search asks SQLite for the ids that pass tenant, scope, expiration and filter in one aggregate
-//! row, and scores them against embeddings held in a bounded in-process cache (filled from the
-//! blobs on first use; this store's writes drop what they change, see `cache.rs`). Reading every
-//! blob row by row on each query costs ~6 µs a row through the driver, ten times the cosine
-//! arithmetic. The rows the search returns (and the candidates hybrid search scores) come from a
-//! second bounded cache of whole rows, invalidated the same way (including the rows whose state a
-//! key chain's resolution changed): reading ~100 rows through the driver cost ~4 ms a hybrid
-//! search at 1,000 memories. The caches assume this process is the only writer of the file,
-//! which is how the embedded store is used.
+//! Search finds its candidates in an in-process index of the query's scope (`index.rs`: the
+//! scope's embeddings in one block, keyword postings, entity links and rows), brought up to date
+//! from the ids each committed write changed before it is used; with a metadata filter, SQLite
+//! lists the ids that pass and the index scores them. Scopes too large for the index are searched
+//! as before: the ids from SQL in one aggregate row, scored against embeddings in a bounded cache
+//! (reading every blob row by row costs ~6 µs a row through the driver, ten times the cosine
+//! arithmetic), BM25 and entity weights summed in SQL. The rows a search returns (and the
+//! candidates hybrid search scores) come from a bounded cache of whole rows (`cache.rs`; writes
+//! drop what they change, including the rows whose state a key chain's resolution changed). The
+//! caches and indexes assume this process is the only writer of the file, which is how the
+//! embedded store is used.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -594,17 +596,28 @@ impl VectorIndex for SqliteStore {
             return Ok(Vec::new());
         }
         let index = self.indexes.fresh(&self.pool, query).await?;
+        let (owned_query, owned_vector) = (query.clone(), vector.to_vec());
         let best = match (&index, &query.filter) {
-            (Some(slot), None) => slot.read().as_ref().map(|index| index.dense(query, vector, limit, threshold, None)),
+            (Some(slot), None) => {
+                Arc::clone(slot)
+                    .run(move |index| index.dense(&owned_query, &owned_vector, limit, threshold, None))
+                    .await?
+            }
             _ => None,
         };
-        let best = match best {
-            Some(best) => best,
-            None => {
+        let best = match (best, index) {
+            (Some(best), _) => best,
+            (None, index) => {
                 let ids = self.visible_ids(query).await?;
-                match index.as_ref().and_then(|slot| {
-                    slot.read().as_ref().map(|index| index.dense(query, vector, limit, threshold, Some(&ids)))
-                }) {
+                let (owned_query, owned_vector, only) = (query.clone(), vector.to_vec(), ids.clone());
+                let from_index = match index {
+                    Some(slot) => {
+                        slot.run(move |index| index.dense(&owned_query, &owned_vector, limit, threshold, Some(&only)))
+                            .await?
+                    }
+                    None => None,
+                };
+                match from_index {
                     Some(best) => best,
                     None => self.dense_from_database(query, &ids, vector, limit, threshold).await?,
                 }
@@ -712,8 +725,9 @@ impl KeywordIndex for SqliteStore {
     ) -> Result<KeywordCandidates> {
         if query.filter.is_none() {
             if let Some(slot) = self.indexes.fresh(&self.pool, query).await? {
-                if let Some(index) = slot.read().as_ref() {
-                    return Ok(index.keywords(query, terms, limit));
+                let (query, terms) = (query.clone(), terms.to_vec());
+                if let Some(found) = slot.run(move |index| index.keywords(&query, &terms, limit)).await? {
+                    return Ok(found);
                 }
             }
         }
@@ -846,8 +860,9 @@ impl EntityIndex for SqliteStore {
         }
         if query.filter.is_none() {
             if let Some(slot) = self.indexes.fresh(&self.pool, query).await? {
-                if let Some(index) = slot.read().as_ref() {
-                    return Ok(index.entities(query, probes, threshold, limit));
+                let (query, probes) = (query.clone(), probes.to_vec());
+                if let Some(found) = slot.run(move |index| index.entities(&query, &probes, threshold, limit)).await? {
+                    return Ok(found);
                 }
             }
         }
@@ -952,8 +967,9 @@ impl EntityIndex for SqliteStore {
         }
         // The index holds every link of the scope (a filter narrows memories, not links).
         if let Some(slot) = self.indexes.fresh(&self.pool, query).await? {
-            if let Some(index) = slot.read().as_ref() {
-                return Ok(index.links_of(matched, memory_ids));
+            let (matched, memory_ids) = (matched.to_vec(), memory_ids.to_vec());
+            if let Some(hits) = slot.run(move |index| index.links_of(&matched, &memory_ids)).await? {
+                return Ok(hits);
             }
         }
         let values = matched_values(matched, None);
