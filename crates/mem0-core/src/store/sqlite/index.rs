@@ -170,6 +170,8 @@ impl ScopeIndexes {
                     index.patch(&ids, rows, entities);
                     index.as_of = next;
                 }
+                drop(guard);
+                self.make_room(slot);
                 return Ok(true);
             }
         }
