@@ -9,7 +9,8 @@
 //! figures are the server's and the database's own work; the local MiniLM's cost per query is
 //! measured by the `embedded` and `long_turns` benchmarks.
 //!
-//! After the searches at each size: hybrid searches from 4 clients while one writer adds to the
+//! At each size, first one search (on the embedded store it builds the scope's index). After the
+//! searches: hybrid searches from 4 clients while one writer adds to the
 //! same user (each search then catches up with the writes first); four writers adding 2,000
 //! one-message memories verbatim into the same scope (p50/p99/max per add, and the size of the
 //! SQLite write-ahead logs after); the process's resident memory.
@@ -334,6 +335,20 @@ async fn bench_store(
         let started = Instant::now();
         load(&memory, &caller, &user, count, &mut rng).await;
         println!("\n{name}: {count} memories for one user (loaded in {:.1?})", started.elapsed());
+        // The embedded store builds the scope's index on its first search (after a restart, or
+        // when the scope was evicted).
+        run_cell(
+            &format!("{name} {count} first hybrid"),
+            &memory,
+            &caller,
+            &user,
+            SearchMode::Hybrid,
+            1,
+            1,
+            &queries,
+            false,
+        )
+        .await;
         for mode in [SearchMode::Dense, SearchMode::Hybrid] {
             for clients in [1, 4, 16] {
                 let label = format!("{name} {count} {}", if mode == SearchMode::Dense { "dense" } else { "hybrid" });
