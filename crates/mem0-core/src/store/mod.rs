@@ -524,6 +524,22 @@ pub(crate) fn cap_matched(matched: &mut Vec<(String, Vec<usize>)>) {
     });
 }
 
+/// The probes an entity row matches: the same normalised name, or an embedding at least
+/// `threshold` similar.
+pub(crate) fn matching_probes(
+    probes: &[EntityProbe],
+    normalized: &str,
+    embedding: &[f32],
+    threshold: f32,
+) -> Vec<usize> {
+    probes
+        .iter()
+        .enumerate()
+        .filter(|(_, probe)| normalized == probe.normalized || cosine(embedding, &probe.embedding) >= threshold)
+        .map(|(index, _)| index)
+        .collect()
+}
+
 /// Cosine similarity of unit vectors (0 when the dimensions differ).
 pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f32 {
     if a.len() != b.len() {

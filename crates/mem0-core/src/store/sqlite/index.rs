@@ -27,7 +27,7 @@ use crate::retrieval::{Bm25, EntityScores};
 use crate::scope::Scope;
 use crate::store::sql::{where_clause, Sqlite};
 use crate::store::{
-    cap_matched, cosine, dot, term_frequencies, EntityCandidates, EntityHit, EntityProbe, KeywordCandidates,
+    cap_matched, dot, matching_probes, term_frequencies, EntityCandidates, EntityHit, EntityProbe, KeywordCandidates,
     KeywordStats, ScopedQuery,
 };
 
@@ -610,14 +610,7 @@ impl ScopeIndex {
             return found;
         }
         for (id, normalized, embedding) in &self.entities {
-            let matching: Vec<usize> = probes
-                .iter()
-                .enumerate()
-                .filter(|(_, probe)| {
-                    *normalized == probe.normalized || cosine(embedding, &probe.embedding) >= threshold
-                })
-                .map(|(index, _)| index)
-                .collect();
+            let matching = matching_probes(probes, normalized, embedding, threshold);
             if !matching.is_empty() {
                 found.matched.push((id.clone(), matching));
             }

@@ -39,7 +39,7 @@ use self::write::{apply_in, scope_entities, settle_in};
 use super::sql::{where_clause, Bind, Sqlite};
 use super::{cap_matched, AccessLog, EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
 use super::{
-    cosine, dot, Applied, Cursor, EntityCandidates, EntityHit, EntityProbe, JournalEntry, KeywordCandidates,
+    dot, matching_probes, Applied, Cursor, EntityCandidates, EntityHit, EntityProbe, JournalEntry, KeywordCandidates,
     KeywordStats, Page, ScopeKind, ScopeSummary, ScopedQuery, ScoredRecord, WriteSet,
 };
 use crate::decay::MemoryRead;
@@ -868,14 +868,7 @@ impl EntityIndex for SqliteStore {
         }
         let mut connection = self.pool.acquire().await?;
         for (id, normalized, embedding) in scope_entities(&mut connection, &query.tenant, &query.scope, false).await? {
-            let matching: Vec<usize> = probes
-                .iter()
-                .enumerate()
-                .filter(|(_, probe)| {
-                    *normalized == probe.normalized || cosine(&embedding, &probe.embedding) >= threshold
-                })
-                .map(|(index, _)| index)
-                .collect();
+            let matching = matching_probes(probes, &normalized, &embedding, threshold);
             if !matching.is_empty() {
                 found.matched.push((id, matching));
             }
