@@ -33,7 +33,7 @@ rm -rf "$data" && mkdir -p "$data" && chmod 700 "$data"
 if [[ ${#run_as[@]} -gt 0 ]]; then chown mem0pg: "$data"; fi
 "${run_as[@]}" "$bin/initdb" -D "$data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 --no-sync >/dev/null
 "${run_as[@]}" "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 \
-  -o "-h 127.0.0.1 -p $port -k $data -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+  -o "-h 127.0.0.1 -p $port -k $data -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 -c log_line_prefix='%m [%p] db=%d '" \
   start >/dev/null
 "$bin/psql" -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c 'create extension if not exists vector' >&2
 echo "export DATABASE_URL='postgres://postgres@127.0.0.1:$port/postgres' MEM0_PG_BIN='$bin' MEM0_PG_DATA='$data'"
