@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use chrono::{NaiveDate, Utc};
-use mem0_core::providers::embedder::{Embedder, LocalEmbedder};
+use mem0_core::providers::embedder::{Embedder, LocalEmbedder, Precision, DEFAULT_MAX_WINDOWS};
 use mem0_core::scope::Scope;
 use mem0_core::store::{MemoryRows as _, ScopedQuery, SqliteStore, VectorIndex as _, WriteSet};
 use mem0_core::types::{memory_hash, MemoryRecord, Metadata, Provenance, StateInfo};
@@ -77,22 +77,32 @@ fn memory(tenant: &str, user: &str, index: usize, embedding: Vec<f32>) -> Memory
 }
 
 async fn bench_embedder(model_dir: PathBuf) {
-    let Ok(embedder) = tokio::task::spawn_blocking(move || LocalEmbedder::load(&model_dir)).await.expect("task") else {
-        println!("embedder: model not found, skipped (run scripts/fetch-model.sh)");
-        return;
-    };
+    // Both precisions of the linear layers, int8 (the default on x86-64 with AVX2 and FMA) and f32.
+    for precision in [Precision::Int8, Precision::F32] {
+        let dir = model_dir.clone();
+        let loaded =
+            tokio::task::spawn_blocking(move || LocalEmbedder::load_with(&dir, DEFAULT_MAX_WINDOWS, precision));
+        let Ok(embedder) = loaded.await.expect("task") else {
+            println!("embedder: model not found, skipped (run scripts/fetch-model.sh)");
+            return;
+        };
+        bench_precision(&embedder, &format!("{precision:?}").to_lowercase()).await;
+    }
+}
+
+async fn bench_precision(embedder: &LocalEmbedder, precision: &str) {
     let queries = ["what food should the user avoid?", "where does the user live", "favourite programming language"];
     for query in queries {
         embedder.embed(query).await.expect("warm up");
     }
-    let samples = (0..60).map(|i| queries[i % queries.len()]);
+    let samples = (0..300).map(|i| queries[i % queries.len()]);
     let mut timings = Vec::new();
     for query in samples {
         let started = Instant::now();
         embedder.embed(query).await.expect("embed");
         timings.push(started.elapsed());
     }
-    report("embed one query (local MiniLM)", timings);
+    report(&format!("embed one query ({precision})"), timings);
     let batch: Vec<String> = (0..32).map(|i| format!("The user mentioned fact number {i} about their week")).collect();
     let mut timings = Vec::new();
     for _ in 0..10 {
@@ -100,7 +110,18 @@ async fn bench_embedder(model_dir: PathBuf) {
         embedder.embed_batch(&batch).await.expect("embed batch");
         timings.push(started.elapsed() / 32);
     }
-    report("embed per text in batches of 32", timings);
+    report(&format!("embed per text in batches of 32 ({precision})"), timings);
+    // An assistant reply of about 3,000 characters: two full 256-token windows.
+    let reply = "We compared the two flats again: the one near the river has the bigger kitchen and a balcony, \
+                 but the other is closer to the station and the rent is lower by about a hundred euros a month. "
+        .repeat(15);
+    let mut timings = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        embedder.embed(&reply).await.expect("embed long");
+        timings.push(started.elapsed());
+    }
+    report(&format!("embed a {}-character reply ({precision})", reply.len()), timings);
 }
 
 async fn bench_store(n: usize) {

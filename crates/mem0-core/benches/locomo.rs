@@ -16,6 +16,7 @@
 //!   hybrid run each; default the configured weights),
 //! - `LOCOMO_THRESHOLD`: the search `threshold` (default the server's default,
 //!   `memory::DEFAULT_THRESHOLD`; `0` ranks every candidate),
+//! - `LOCOMO_PRECISION`: `f32` or `int8`, the local embedder's weights (default `auto`),
 //! - `BENCH_MODEL_DIR`: the MiniLM model (default `models/all-MiniLM-L6-v2`, see `scripts/fetch-model.sh`),
 //! - `LOCOMO_JOIN`: store N consecutive turns of a session as one memory (default 1), to stand in
 //!   for long messages; a memory then counts as returning each turn it holds, and recall is also
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, NaiveDateTime, Utc};
 use mem0_core::history::HistoryStore;
 use mem0_core::memory::{SearchMode, MAX_MESSAGES};
-use mem0_core::providers::embedder::LocalEmbedder;
+use mem0_core::providers::embedder::{LocalEmbedder, Precision, DEFAULT_MAX_WINDOWS};
 use mem0_core::retrieval::RetrievalSettings;
 use mem0_core::store::SqliteStore;
 use mem0_core::{AddRequest, Caller, Memory, Message, Scope, SearchRequest};
@@ -503,10 +504,12 @@ async fn run() {
     let loaded = tokio::task::spawn_blocking({
         let model_dir = model_dir.clone();
         let windows = std::env::var("LOCOMO_WINDOWS").ok().and_then(|value| value.parse().ok());
-        move || match windows {
-            Some(windows) => LocalEmbedder::load_with_windows(&model_dir, windows),
-            None => LocalEmbedder::load(&model_dir),
-        }
+        let precision = match std::env::var("LOCOMO_PRECISION").as_deref() {
+            Ok("f32") => Precision::F32,
+            Ok("int8") => Precision::Int8,
+            _ => Precision::Auto,
+        };
+        move || LocalEmbedder::load_with(&model_dir, windows.unwrap_or(DEFAULT_MAX_WINDOWS), precision)
     });
     let embedder = match loaded.await.expect("task") {
         Ok(embedder) => embedder,

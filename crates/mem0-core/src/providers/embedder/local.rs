@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config, DTYPE};
+use candle_transformers::models::bert::Config;
 use tokenizers::{Tokenizer, TruncationParams};
 
+use super::bert::{Bert, Precision};
 use super::Embedder;
 use crate::error::{ProviderError, ProviderErrorKind, Result};
 
@@ -70,6 +70,11 @@ pub fn pin_thread_count() {
 /// characters 0.357 → 0.630, before them 0.729 → 0.682 (a mean blurs every part a little),
 /// overall 0.582 → 0.662; hybrid recall@10 unchanged (0.878), R@1 0.555 → 0.563.
 ///
+/// The linear layers run with int8 weights by default where the CPU has AVX2 and FMA
+/// ([`Precision`]): one short query 6.6 → 2.1 ms on 2 cores (`cargo bench --bench embedded`), vectors
+/// within a cosine of 0.999 of the f32 model's. The model id is the same at either precision:
+/// stored vectors stay comparable.
+///
 /// Cloning is cheap: the model and tokenizer are shared.
 #[derive(Clone)]
 pub struct LocalEmbedder {
@@ -78,7 +83,7 @@ pub struct LocalEmbedder {
 
 /// The loaded model, shared with the blocking tasks that run it.
 struct Inner {
-    model: BertModel,
+    model: Bert,
     tokenizer: Tokenizer,
     device: Device,
     dimension: usize,
@@ -121,6 +126,15 @@ impl LocalEmbedder {
     /// # Errors
     /// As [`LocalEmbedder::load`].
     pub fn load_with_windows(model_dir: &Path, max_windows: usize) -> Result<Self> {
+        Self::load_with(model_dir, max_windows, Precision::Auto)
+    }
+
+    /// Like [`LocalEmbedder::load_with_windows`], with the linear layers held at `precision`
+    /// (`load` takes [`Precision::Auto`]).
+    ///
+    /// # Errors
+    /// As [`LocalEmbedder::load`].
+    pub fn load_with(model_dir: &Path, max_windows: usize, precision: Precision) -> Result<Self> {
         let config_path = required_file(model_dir, CONFIG_FILE)?;
         let tokenizer_path = required_file(model_dir, TOKENIZER_FILE)?;
         let weights_path = required_file(model_dir, WEIGHTS_FILE)?;
@@ -157,8 +171,7 @@ impl LocalEmbedder {
         let device = Device::Cpu;
         let tensors = candle_core::safetensors::load(&weights_path, &device)
             .map_err(|error| config_error(&weights_path, "cannot be read", error))?;
-        let weights = VarBuilder::from_tensors(tensors, DTYPE, &device);
-        let model = BertModel::load(weights, &config)
+        let model = Bert::load(tensors, &config, precision)
             .map_err(|error| config_error(&weights_path, "does not match config.json", error))?;
 
         let passes = std::thread::available_parallelism().map_or(1, |cores| cores.get().min(4));
@@ -195,6 +208,9 @@ impl Embedder for LocalEmbedder {
         }
         let inner = Arc::clone(&self.inner);
         let texts = texts.to_vec();
+        // The forward pass runs inside rayon's pool (`rayon::scope`), where the matrix products
+        // split their work: started from outside, each of them would hand its work to the pool
+        // and wait, dozens of handoffs per query (one short query 3.2 → 2.6 ms).
         // A permit per call, not per pass: a call's passes run back to back on the cores. The
         // blocking task owns it, so a caller that gives up (a client that hangs up) does not free
         // its slot while its passes still run.
@@ -203,7 +219,7 @@ impl Embedder for LocalEmbedder {
             .await
             .map_err(|error| bad_response("embedding task failed", error))?;
         tokio::task::spawn_blocking(move || {
-            let vectors = inner.embed_all(&texts);
+            let vectors = rayon::scope(|_| inner.embed_all(&texts));
             drop(permit);
             vectors
         })
@@ -321,7 +337,7 @@ impl Inner {
         let mask = Tensor::from_vec(mask, shape, &self.device)?;
 
         // (rows, width, hidden)
-        let hidden = self.model.forward(&ids, &type_ids, Some(&mask))?;
+        let hidden = self.model.forward(&ids, &type_ids, &mask)?;
         // (rows, width, 1): 1.0 on real tokens, 0.0 on padding.
         let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
         let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
@@ -471,6 +487,36 @@ mod tests {
         assert!(combined.iter().zip(expected).all(|(a, b)| (a - b).abs() < 1e-6), "{combined:?}");
         assert_eq!(combine(vec![(5.0, vec![0.6, 0.8])]), Some(vec![0.6, 0.8]), "one window as it is");
         assert_eq!(combine(Vec::new()), None);
+    }
+
+    /// The int8 weights move no vector further than a cosine of 0.999 from the f32 model's, on
+    /// short and long texts alike.
+    #[tokio::test]
+    async fn int8_vectors_stay_within_a_cosine_of_0_999_of_f32() {
+        static F32: OnceLock<LocalEmbedder> = OnceLock::new();
+        let exact = F32
+            .get_or_init(|| {
+                LocalEmbedder::load_with(Path::new(MODEL_DIR), DEFAULT_MAX_WINDOWS, Precision::F32).expect("loads")
+            })
+            .clone();
+        let int8 = LocalEmbedder::load_with(Path::new(MODEL_DIR), DEFAULT_MAX_WINDOWS, Precision::Int8).expect("loads");
+        let texts = strings(&[
+            "",
+            "hello",
+            "Paris",
+            "I am allergic to peanuts",
+            "what food should the user avoid?",
+            "The user's daughter Lena moved to Lisbon in March and works as a nurse at the Riverside Clinic.",
+            "Prefers aisle seats on flights longer than three hours; vegetarian meals; Star Alliance gold.",
+            "¿Dónde vive el usuario? 用户住在哪里？ Где живёт пользователь?",
+            &long_reply("My favourite programming language is Rust, although I still write a lot of Python at work."),
+        ]);
+        let (ours, reference) =
+            (int8.embed_batch(&texts).await.expect("embeds"), exact.embed_batch(&texts).await.expect("embeds"));
+        for ((text, ours), reference) in texts.iter().zip(&ours).zip(&reference) {
+            let similarity = cosine(ours, reference);
+            assert!(similarity >= 0.999, "{:?}: cosine {similarity}", text.chars().take(40).collect::<String>());
+        }
     }
 
     #[tokio::test]
