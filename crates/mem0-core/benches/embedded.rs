@@ -111,7 +111,7 @@ async fn bench_precision(embedder: &LocalEmbedder, precision: &str) {
         timings.push(started.elapsed() / 32);
     }
     report(&format!("embed per text in batches of 32 ({precision})"), timings);
-    // An assistant reply of about 3,000 characters: two full 256-token windows.
+    // An assistant reply of about 3,000 characters: three 256-token windows.
     let reply = "We compared the two flats again: the one near the river has the bigger kitchen and a balcony, \
                  but the other is closer to the station and the rent is lower by about a hundred euros a month. "
         .repeat(15);
