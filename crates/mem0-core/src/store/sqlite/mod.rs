@@ -2,7 +2,7 @@
 //! and timestamps, metadata as JSON, embeddings as little-endian f32 blobs, and exact cosine search
 //! over the scope-filtered rows.
 //!
-//! Search finds its candidates in an in-process index of the query's scope (`index.rs`: the
+//! Search finds its candidates in an in-process index of the query's scope (`store/index.rs`: the
 //! scope's embeddings in one block, keyword postings, entity links and rows), brought up to date
 //! from the ids each committed write changed before it is used; with a metadata filter, SQLite
 //! lists the ids that pass and the index scores them. Scopes too large for the index are searched
@@ -14,7 +14,6 @@
 //! caches and indexes assume this process is the only writer of the file, which is how the
 //! embedded store is used.
 
-use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::path::Path;
 use std::str::FromStr;
@@ -29,12 +28,12 @@ use uuid::Uuid;
 
 mod cache;
 mod codec;
-mod index;
+mod index_source;
 mod write;
 
 use self::cache::{RecordCache, SharedVector, VectorCache};
 use self::codec::{decode_embedding, from_micros, micros, row_to_record};
-use self::index::{Change, ScopeIndexes};
+use self::index_source::SqliteSource;
 use self::write::{apply_in, scope_entities, settle_in};
 use super::sql::{where_clause, Bind, Sqlite};
 use super::{cap_matched, AccessLog, EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
@@ -45,6 +44,7 @@ use super::{
 use crate::decay::MemoryRead;
 use crate::error::{Error, Result};
 use crate::retrieval::{Bm25, EntityScores};
+use crate::store::index::{Candidate, Change, ScopeIndexes};
 use crate::types::{MemoryRecord, MemoryStatus};
 
 /// The migrations of the embedded store (`migrations/sqlite/memories`).
@@ -72,7 +72,7 @@ pub struct SqliteStore {
     cache: Arc<VectorCache>,
     records: Arc<RecordCache>,
     /// Per-scope search indexes (bounded by the vector cache's size; see `index.rs`).
-    indexes: Arc<ScopeIndexes>,
+    indexes: Arc<ScopeIndexes<SqliteSource>>,
     turns: WriteTurns,
 }
 
@@ -101,11 +101,12 @@ impl SqliteStore {
     /// [`Error::StoreUnavailable`] when the file cannot be opened or created.
     pub async fn open_with_caches(path: &Path, vector_entries: usize, record_entries: usize) -> Result<Self> {
         let pool = open_sqlite(path, &MIGRATOR).await?;
+        let indexes = Arc::new(ScopeIndexes::new(vector_entries, SqliteSource::new(pool.clone())));
         Ok(Self {
             pool,
             cache: Arc::new(VectorCache::new(vector_entries)),
             records: Arc::new(RecordCache::new(record_entries)),
-            indexes: Arc::new(ScopeIndexes::new(vector_entries)),
+            indexes,
             turns: WriteTurns::default(),
         })
     }
@@ -254,30 +255,6 @@ fn bind_all<'q>(
     query
 }
 
-/// Min-heap entry keeping the best `limit` candidates.
-struct Candidate {
-    score: f32,
-    id: Uuid,
-}
-
-impl PartialEq for Candidate {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Candidate {}
-impl PartialOrd for Candidate {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Candidate {
-    // Reversed so that BinaryHeap's top is the weakest candidate; ties keep the smaller id.
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.score.total_cmp(&self.score).then_with(|| self.id.cmp(&other.id))
-    }
-}
-
 #[async_trait]
 impl MemoryRows for SqliteStore {
     async fn apply(&self, write: &WriteSet) -> Result<Applied> {
@@ -295,7 +272,7 @@ impl MemoryRows for SqliteStore {
         self.cache.invalidate(changed.clone().copied());
         // Rows whose state the key chains changed are cached rows too.
         self.records.invalidate(changed.chain(&restated).copied());
-        self.indexes.record(changes(write, &applied, &restated));
+        self.indexes.source().record(changes(write, &applied, &restated));
         committed?;
         Ok(applied)
     }
@@ -595,7 +572,7 @@ impl VectorIndex for SqliteStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let index = self.indexes.fresh(&self.pool, query).await?;
+        let index = self.indexes.fresh(query).await?;
         let (owned_query, owned_vector) = (query.clone(), vector.to_vec());
         let best = match (&index, &query.filter) {
             (Some(slot), None) => {
@@ -724,7 +701,7 @@ impl KeywordIndex for SqliteStore {
         limit: usize,
     ) -> Result<KeywordCandidates> {
         if query.filter.is_none() {
-            if let Some(slot) = self.indexes.fresh(&self.pool, query).await? {
+            if let Some(slot) = self.indexes.fresh(query).await? {
                 let (query, terms) = (query.clone(), terms.to_vec());
                 if let Some(found) = slot.run(move |index| index.keywords(&query, &terms, limit)).await? {
                     return Ok(found);
@@ -859,7 +836,7 @@ impl EntityIndex for SqliteStore {
             return Ok(found);
         }
         if query.filter.is_none() {
-            if let Some(slot) = self.indexes.fresh(&self.pool, query).await? {
+            if let Some(slot) = self.indexes.fresh(query).await? {
                 let (query, probes) = (query.clone(), probes.to_vec());
                 if let Some(found) = slot.run(move |index| index.entities(&query, &probes, threshold, limit)).await? {
                     return Ok(found);
@@ -959,7 +936,7 @@ impl EntityIndex for SqliteStore {
             return Ok(hits);
         }
         // The index holds every link of the scope (a filter narrows memories, not links).
-        if let Some(slot) = self.indexes.fresh(&self.pool, query).await? {
+        if let Some(slot) = self.indexes.fresh(query).await? {
             let (matched, memory_ids) = (matched.to_vec(), memory_ids.to_vec());
             if let Some(hits) = slot.run(move |index| index.links_of(&matched, &memory_ids)).await? {
                 return Ok(hits);

@@ -50,8 +50,7 @@ pub(super) async fn remove_orphan_entities(executor: &mut sqlx::SqliteConnection
     Ok(())
 }
 
-/// Entity rows of a scope: (id, normalised name, embedding).
-pub(super) type ScopeEntities = Vec<(String, String, Vec<f32>)>;
+pub(super) use crate::store::index::ScopeEntities;
 
 /// Entity rows of `scope`: with `exact`, rows of exactly these ids (absent ones absent, as
 /// entities are stored per scope); otherwise every row under the present ids (as searches read).

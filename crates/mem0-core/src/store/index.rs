@@ -1,38 +1,34 @@
-//! An in-process search index per scope for the embedded store: the scope's embeddings in one
-//! contiguous block, its keyword postings and its entity links, so that a search reads no rows
-//! from SQLite to find its candidates (the rows it returns still come through the row cache).
+//! An in-process search index per scope: the scope's embeddings in one contiguous block, its
+//! keyword postings and its entity links, so that a search reads no rows from the database to
+//! find its candidates (the rows it returns are still read by id).
 //!
-//! The database stays the only source of truth. Every committed write appends the ids it changed
-//! to a change log (with their scope when the write knows it); before a search uses a scope's
-//! index it reloads, from the database, the rows of the changes logged since it last did. A write
-//! logs its changes before `apply` returns, so a caller always finds its own writes. An index that
-//! fell too far behind (the log overflowed, or more changed than is worth patching) is rebuilt.
+//! The database stays the only source of truth. Every committed write leaves the ids it changed
+//! in a change feed ([`IndexSource`]: an in-process log for the embedded store, a table filled by
+//! triggers for Postgres, which other servers on the same database write too); before a search
+//! uses a scope's index it reloads, from the database, the rows of the changes fed since it last
+//! did. A write is in the feed before `apply` returns, so a caller always finds its own writes.
+//! An index that fell too far behind (the feed no longer reaches back, or more changed than is
+//! worth patching) is rebuilt.
 //!
 //! Bounded: the indexes together hold at most `capacity` memories (the least recently searched
 //! scopes make room); a scope larger than that is searched through SQL as before.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
+use async_trait::async_trait;
 use chrono::NaiveDate;
-use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
-use super::codec::decode_embedding;
-use super::write::{scope_entities, ScopeEntities};
-use super::{bind_all, parse_id, Candidate, FETCH_CHUNK};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::retrieval::{Bm25, EntityScores};
 use crate::scope::Scope;
-use crate::store::sql::{where_clause, Sqlite};
 use crate::store::{
     cap_matched, dot, matching_probes, term_frequencies, EntityCandidates, EntityHit, EntityProbe, KeywordCandidates,
     KeywordStats, ScopedQuery,
 };
 
-/// Changes kept for indexes to catch up with; an index further behind is rebuilt.
-const LOG_CAPACITY: usize = 16_384;
 /// Changed memories worth patching into an index in one go (else it is rebuilt), at least.
 const PATCH_MIN: usize = 256;
 /// Entries from which a search of an index tells the runtime it blocks (`block_in_place`): a few
@@ -42,29 +38,64 @@ const BLOCKING_MIN: usize = 2_000;
 /// Removed entries an index keeps as tombstones before it is compacted.
 const TOMBSTONES_MIN: usize = 1024;
 
-/// One memory a committed write changed (inserted, updated, deleted, relinked or restated).
+/// One row a committed write changed: a memory (inserted, updated, deleted, relinked or
+/// restated) or an entity row of a scope.
 #[derive(Debug, Clone)]
-pub(super) struct Change {
-    /// The memory's tenant, when the write knows it.
-    pub(super) tenant: Option<String>,
-    pub(super) id: Uuid,
-    /// The memory's scope, when the write knows it (inserts, updates, deletes).
-    pub(super) scope: Option<Scope>,
+pub(crate) struct Change {
+    /// The row's tenant, when the feed knows it.
+    pub(crate) tenant: Option<String>,
+    pub(crate) id: Uuid,
+    /// The row's scope, when the feed knows it.
+    pub(crate) scope: Option<Scope>,
 }
 
-#[derive(Debug, Default)]
-struct ChangeLog {
-    /// Sequence number the next change gets.
-    next: u64,
-    entries: VecDeque<(u64, Change)>,
+/// Entity rows of a scope: (id, normalised name, embedding).
+pub(crate) type ScopeEntities = Vec<(String, String, Vec<f32>)>;
+
+/// What the index keeps of one memory row.
+pub(crate) struct Loaded {
+    pub(crate) id: Uuid,
+    pub(crate) expiration: Option<NaiveDate>,
+    /// Superseded or retired.
+    pub(crate) hidden: bool,
+    pub(crate) doc_len: u32,
+    pub(crate) text_lemmatized: String,
+    pub(crate) embedding: Vec<f32>,
+    /// Entity row ids it links to.
+    pub(crate) links: Vec<String>,
 }
 
-/// The indexes of the scopes searched lately, and the log they catch up from.
+/// Where indexes read their rows and learn what changed: positions in a change feed only grow,
+/// and a row changed by a write committed after position `p` was read is fed at a position of
+/// `p` or later.
+#[async_trait]
+pub(crate) trait IndexSource: Send + Sync + std::fmt::Debug + 'static {
+    /// Whether the feed is known, without I/O, to hold nothing since `as_of` (`false` when it
+    /// cannot tell).
+    fn unchanged_since(&self, as_of: u64) -> bool;
+
+    /// The feed's position now and the changes of the tenant fed since `as_of` (some may concern
+    /// other scopes); `None` when the feed no longer reaches back to `as_of`.
+    async fn changes_since(&self, as_of: u64, tenant: &str) -> Result<Option<(u64, Vec<Change>)>>;
+
+    /// Memories in the query's scope (every status and expiration).
+    async fn scope_size(&self, query: &ScopedQuery) -> Result<usize>;
+
+    /// The scope's rows with their links and its entity rows, read together, and the feed
+    /// position they reflect (every change fed before it is in them).
+    async fn load_scope(&self, query: &ScopedQuery) -> Result<(u64, Vec<Loaded>, ScopeEntities)>;
+
+    /// The rows of `ids` that are in the query's scope now, with their links (absent ones were
+    /// deleted or moved), and the scope's entity rows.
+    async fn load_ids(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<(Vec<Loaded>, ScopeEntities)>;
+}
+
+/// The indexes of the scopes searched lately, and the feed they catch up from.
 #[derive(Debug)]
-pub(super) struct ScopeIndexes {
+pub(crate) struct ScopeIndexes<S> {
     /// Most memories held by all indexes together.
     capacity: usize,
-    log: Mutex<ChangeLog>,
+    source: S,
     slots: Mutex<HashMap<(String, Scope), Arc<Slot>>>,
     /// Ticks for "least recently searched".
     clock: AtomicU64,
@@ -72,7 +103,7 @@ pub(super) struct ScopeIndexes {
 
 /// One scope's index, built on first use.
 #[derive(Debug, Default)]
-pub(super) struct Slot {
+pub(crate) struct Slot {
     /// Held while the index is built or brought up to date (one loader per scope).
     loading: tokio::sync::Mutex<()>,
     index: RwLock<Option<ScopeIndex>>,
@@ -86,7 +117,7 @@ impl Slot {
 
     /// Runs `work` on the index (as blocking work when the index is large and the runtime has
     /// other workers to take over); `None` when there is no index (dropped meanwhile).
-    pub(super) async fn run<T: Send + 'static>(
+    pub(crate) async fn run<T: Send + 'static>(
         self: Arc<Self>,
         work: impl FnOnce(&ScopeIndex) -> T + Send + 'static,
     ) -> Result<Option<T>> {
@@ -101,55 +132,40 @@ impl Slot {
     }
 }
 
-impl ScopeIndexes {
+impl<S: IndexSource> ScopeIndexes<S> {
     /// Indexes holding at most `capacity` memories together (0: none, every search uses SQL).
-    pub(super) fn new(capacity: usize) -> Self {
-        Self { capacity, log: Mutex::default(), slots: Mutex::default(), clock: AtomicU64::new(0) }
+    pub(crate) fn new(capacity: usize, source: S) -> Self {
+        Self { capacity, source, slots: Mutex::default(), clock: AtomicU64::new(0) }
     }
 
-    fn log(&self) -> std::sync::MutexGuard<'_, ChangeLog> {
-        self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The feed and loader.
+    pub(crate) fn source(&self) -> &S {
+        &self.source
     }
 
     fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<(String, Scope), Arc<Slot>>> {
         self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Logs the memories a write changed. Called after its commit, whatever the commit answered.
-    pub(super) fn record(&self, changes: impl IntoIterator<Item = Change>) {
-        let mut log = self.log();
-        for change in changes {
-            let seq = log.next;
-            log.entries.push_back((seq, change));
-            log.next += 1;
-        }
-        while log.entries.len() > LOG_CAPACITY {
-            log.entries.pop_front();
-        }
-    }
-
     /// Forgets every index (after a reset).
-    pub(super) fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.slots().clear();
     }
 
-    /// The index of the query's scope, up to date with every write logged before the call; `None`
+    /// The index of the query's scope, up to date with every write fed before the call; `None`
     /// when the scope is not indexed (no scope id, indexing off, or the scope is too large).
-    pub(super) async fn fresh(&self, pool: &SqlitePool, query: &ScopedQuery) -> Result<Option<Arc<Slot>>> {
+    pub(crate) async fn fresh(&self, query: &ScopedQuery) -> Result<Option<Arc<Slot>>> {
         if self.capacity == 0 || query.scope.pairs().is_empty() {
             return Ok(None);
         }
         let slot = Arc::clone(self.slots().entry((query.tenant.clone(), query.scope.clone())).or_default());
         slot.used.store(self.clock.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
-        Ok(self.bring_up_to_date(pool, query, &slot).await?.then_some(slot))
+        Ok(self.bring_up_to_date(query, &slot).await?.then_some(slot))
     }
 
     /// Builds or patches `slot`'s index; false when the scope is too large to index.
-    async fn bring_up_to_date(&self, pool: &SqlitePool, query: &ScopedQuery, slot: &Arc<Slot>) -> Result<bool> {
-        let current = || {
-            let next = self.log().next;
-            slot.read().as_ref().is_some_and(|index| index.as_of == next)
-        };
+    async fn bring_up_to_date(&self, query: &ScopedQuery, slot: &Arc<Slot>) -> Result<bool> {
+        let current = || slot.read().as_ref().is_some_and(|index| self.source.unchanged_since(index.as_of));
         if current() {
             return Ok(true);
         }
@@ -157,63 +173,40 @@ impl ScopeIndexes {
         if current() {
             return Ok(true);
         }
-        let behind = slot
-            .read()
-            .as_ref()
-            .map(|index| (self.changed_since(index.as_of, query, |id| index.position.contains_key(id)), index.len()));
-        if let Some((Some((next, ids)), held)) = behind {
-            if ids.len() <= PATCH_MIN.max(held / 4) {
-                let rows = load_ids(pool, query, &ids).await?;
-                let entities = if ids.is_empty() { None } else { Some(load_entities(pool, query).await?) };
-                let mut guard = slot.index.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if let Some(index) = guard.as_mut() {
-                    index.patch(&ids, rows, entities);
-                    index.as_of = next;
+        let as_of = slot.read().as_ref().map(|index| index.as_of);
+        if let Some(as_of) = as_of {
+            if let Some((next, changes)) = self.source.changes_since(as_of, &query.tenant).await? {
+                let (ids, held) = {
+                    let guard = slot.read();
+                    let index = guard.as_ref();
+                    let present = |id: &Uuid| index.is_some_and(|index| index.position.contains_key(id));
+                    (relevant(&changes, query, present), index.map_or(0, ScopeIndex::len))
+                };
+                if ids.len() <= PATCH_MIN.max(held / 4) {
+                    let loaded = if ids.is_empty() { None } else { Some(self.source.load_ids(query, &ids).await?) };
+                    let mut guard = slot.index.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if let Some(index) = guard.as_mut() {
+                        if let Some((rows, entities)) = loaded {
+                            index.patch(&ids, rows, Some(entities));
+                        }
+                        index.as_of = next;
+                    }
+                    drop(guard);
+                    self.make_room(slot);
+                    return Ok(true);
                 }
-                drop(guard);
-                self.make_room(slot);
-                return Ok(true);
             }
         }
         // Built from scratch: first use, or too far behind.
-        if scope_size(pool, query).await? > self.capacity {
+        if self.source.scope_size(query).await? > self.capacity {
             self.slots().remove(&(query.tenant.clone(), query.scope.clone()));
             return Ok(false);
         }
-        let as_of = self.log().next;
-        let index = ScopeIndex::load(pool, query, as_of).await?;
+        let (as_of, rows, entities) = self.source.load_scope(query).await?;
+        let index = ScopeIndex::from_rows(as_of, rows, entities);
         *slot.index.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(index);
         self.make_room(slot);
         Ok(true)
-    }
-
-    /// The log's next sequence number and the ids logged since `as_of` that may concern the
-    /// query's scope (its scope, an unknown one, or an id the index holds); `None` when the log
-    /// no longer reaches back that far.
-    fn changed_since(
-        &self,
-        as_of: u64,
-        query: &ScopedQuery,
-        present: impl Fn(&Uuid) -> bool,
-    ) -> Option<(u64, Vec<Uuid>)> {
-        let log = self.log();
-        if log.entries.front().is_some_and(|(oldest, _)| *oldest > as_of) {
-            return None;
-        }
-        let mut seen = HashSet::new();
-        let ids = log
-            .entries
-            .iter()
-            .skip_while(|(seq, _)| *seq < as_of)
-            .map(|(_, change)| change)
-            .filter(|change| {
-                change.tenant.as_ref().is_none_or(|tenant| *tenant == query.tenant)
-                    && (change.scope.as_ref().is_none_or(|scope| within(scope, &query.scope)) || present(&change.id))
-            })
-            .map(|change| change.id)
-            .filter(|id| seen.insert(*id))
-            .collect();
-        Some((log.next, ids))
     }
 
     /// Drops the least recently searched indexes (never `keep`) until all fit the capacity.
@@ -234,106 +227,62 @@ impl ScopeIndexes {
     }
 }
 
+/// The distinct ids of `changes` that may concern the query's scope: of its tenant (or an
+/// unknown one) and of a scope within it (or an unknown one), or held by the index (`present`:
+/// a memory that left the scope).
+fn relevant(changes: &[Change], query: &ScopedQuery, present: impl Fn(&Uuid) -> bool) -> Vec<Uuid> {
+    let mut seen = HashSet::new();
+    changes
+        .iter()
+        .filter(|change| {
+            change.tenant.as_ref().is_none_or(|tenant| *tenant == query.tenant)
+                && (change.scope.as_ref().is_none_or(|scope| within(scope, &query.scope)) || present(&change.id))
+        })
+        .map(|change| change.id)
+        .filter(|id| seen.insert(*id))
+        .collect()
+}
+
 /// Whether a memory of scope `memory` is in the query scope `scope` (every id the query sets is
 /// the memory's).
-fn within(memory: &Scope, scope: &Scope) -> bool {
+pub(crate) fn within(memory: &Scope, scope: &Scope) -> bool {
     [(&scope.user_id, &memory.user_id), (&scope.agent_id, &memory.agent_id), (&scope.run_id, &memory.run_id)]
         .into_iter()
         .all(|(wanted, held)| wanted.is_none() || wanted == held)
 }
 
-/// Memories in the query's scope, from the statistics the triggers keep.
-async fn scope_size(pool: &SqlitePool, query: &ScopedQuery) -> Result<usize> {
-    let (sql, binds) = where_clause(Sqlite, &query.scope_only(), 1).into_parts();
-    let statement = format!("select coalesce(sum(docs), 0) from keyword_stats where {sql}");
-    let docs: i64 = bind_all(sqlx::query(&statement), &binds).fetch_one(pool).await?.try_get(0)?;
-    Ok(usize::try_from(docs).unwrap_or(usize::MAX))
-}
-
-async fn load_entities(pool: &SqlitePool, query: &ScopedQuery) -> Result<ScopeEntities> {
-    let mut connection = pool.acquire().await?;
-    scope_entities(&mut connection, &query.tenant, &query.scope, false).await
-}
-
-/// What the index keeps of one memory row.
-struct Loaded {
-    id: Uuid,
-    expiration: Option<NaiveDate>,
-    hidden: bool,
-    doc_len: u32,
-    text_lemmatized: String,
-    embedding: Vec<f32>,
-    links: Vec<String>,
-}
-
-const LOADED_COLUMNS: &str =
-    "id, user_id, agent_id, run_id, expiration_date, status, doc_len, text_lemmatized, embedding";
-
-/// Decodes a row of [`LOADED_COLUMNS`], with its scope.
-fn loaded(row: &sqlx::sqlite::SqliteRow) -> Result<(Loaded, Scope)> {
-    let id: String = row.try_get(0)?;
-    let expiration: Option<String> = row.try_get(4)?;
-    let status: String = row.try_get(5)?;
-    let doc_len: i64 = row.try_get(6)?;
-    let bytes: &[u8] = row.try_get(8)?;
-    let scope = Scope { user_id: row.try_get(1)?, agent_id: row.try_get(2)?, run_id: row.try_get(3)? };
-    Ok((
-        Loaded {
-            id: parse_id(&id)?,
-            expiration: expiration
-                .map(|date| NaiveDate::parse_from_str(&date, "%Y-%m-%d"))
-                .transpose()
-                .map_err(|error| Error::Internal(format!("stored expiration of {id}: {error}")))?,
-            hidden: matches!(status.as_str(), "superseded" | "retired"),
-            doc_len: u32::try_from(doc_len).unwrap_or(0),
-            text_lemmatized: row.try_get(7)?,
-            embedding: decode_embedding(bytes),
-            links: Vec::new(),
-        },
-        scope,
-    ))
-}
-
 /// Adds each link `(memory_id, entity_id)` to its loaded row.
-fn attach_links(rows: &mut [Loaded], links: Vec<(String, String)>) -> Result<()> {
+pub(crate) fn attach_links(rows: &mut [Loaded], links: impl IntoIterator<Item = (Uuid, String)>) {
     let at: HashMap<Uuid, usize> = rows.iter().enumerate().map(|(index, row)| (row.id, index)).collect();
     for (memory_id, entity_id) in links {
-        if let Some(index) = at.get(&parse_id(&memory_id)?) {
+        if let Some(index) = at.get(&memory_id) {
             rows[*index].links.push(entity_id);
         }
     }
-    Ok(())
 }
 
-/// The rows of `ids` that are in the query's scope now (absent ones were deleted or moved).
-async fn load_ids(pool: &SqlitePool, query: &ScopedQuery, ids: &[Uuid]) -> Result<Vec<Loaded>> {
-    let mut transaction = pool.begin().await?;
-    let mut rows = Vec::new();
-    let mut links = Vec::new();
-    for chunk in ids.chunks(FETCH_CHUNK) {
-        let placeholders = vec!["?"; chunk.len()].join(", ");
-        let statement = format!("select {LOADED_COLUMNS} from memories where +tenant = ? and id in ({placeholders})");
-        let mut fetch = sqlx::query(&statement).bind(&query.tenant);
-        for id in chunk {
-            fetch = fetch.bind(id.to_string());
-        }
-        for row in fetch.fetch_all(&mut *transaction).await? {
-            let (row, scope) = loaded(&row)?;
-            if within(&scope, &query.scope) {
-                rows.push(row);
-            }
-        }
-        let statement =
-            format!("select memory_id, entity_id from memory_entity_links where memory_id in ({placeholders})");
-        let mut fetch = sqlx::query_as::<_, (String, String)>(&statement);
-        for id in chunk {
-            fetch = fetch.bind(id.to_string());
-        }
-        links.extend(fetch.fetch_all(&mut *transaction).await?);
+/// Min-heap entry keeping the best `limit` candidates.
+pub(crate) struct Candidate {
+    pub(crate) score: f32,
+    pub(crate) id: Uuid,
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
     }
-    transaction.commit().await?;
-    attach_links(&mut rows, links)?;
-    Ok(rows)
+}
+impl Eq for Candidate {}
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Candidate {
+    // Reversed so that BinaryHeap's top is the weakest candidate; ties keep the smaller id.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other.score.total_cmp(&self.score).then_with(|| self.id.cmp(&other.id))
+    }
 }
 
 /// Entry flags.
@@ -343,8 +292,8 @@ const VECTOR: u8 = 4;
 
 /// One scope's memories (every expiration and status: searches filter per query).
 #[derive(Debug, Default)]
-pub(super) struct ScopeIndex {
-    /// Log position this index reflects: every change logged before it is applied.
+pub(crate) struct ScopeIndex {
+    /// Feed position this index reflects: every change fed before it is applied.
     as_of: u64,
     dimension: usize,
     ids: Vec<Uuid>,
@@ -367,37 +316,18 @@ pub(super) struct ScopeIndex {
 }
 
 impl ScopeIndex {
-    /// Reads the scope's rows, links and entity rows in one read transaction.
-    async fn load(pool: &SqlitePool, query: &ScopedQuery, as_of: u64) -> Result<Self> {
-        let (sql, binds) = where_clause(Sqlite, &query.scope_only(), 1).into_parts();
-        let mut transaction = pool.begin().await?;
-        let statement = format!("select {LOADED_COLUMNS} from memories where {sql}");
-        let mut rows = Vec::new();
-        for row in bind_all(sqlx::query(&statement), &binds).fetch_all(&mut *transaction).await? {
-            rows.push(loaded(&row)?.0);
-        }
-        let statement = format!(
-            "select memory_id, entity_id from memory_entity_links where memory_id in (select id from memories where {sql})"
-        );
-        let links = bind_all(sqlx::query(&statement), &binds)
-            .fetch_all(&mut *transaction)
-            .await?
-            .iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-            .collect::<Result<Vec<(String, String)>>>()?;
-        let entities = scope_entities(&mut transaction, &query.tenant, &query.scope, false).await?;
-        transaction.commit().await?;
-        attach_links(&mut rows, links)?;
+    /// An index of `rows` and `entities`, as of feed position `as_of`.
+    fn from_rows(as_of: u64, rows: Vec<Loaded>, entities: ScopeEntities) -> Self {
         let mut index = Self { as_of, entities, ..Self::default() };
         index.dimension = rows.first().map_or(0, |row| row.embedding.len());
         for row in rows {
             index.push(row);
         }
-        Ok(index)
+        index
     }
 
     /// Live entries.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.position.len()
     }
 
@@ -498,7 +428,7 @@ impl ScopeIndex {
 
     /// The `limit` shown memories closest to `vector` with a score of at least `threshold`, best
     /// first; among `only` when given (ids a filter let through).
-    pub(super) fn dense(
+    pub(crate) fn dense(
         &self,
         query: &ScopedQuery,
         vector: &[f32],
@@ -536,7 +466,7 @@ impl ScopeIndex {
 
     /// The keyword statistics of `terms` over the scope, and the `limit` shown memories with the
     /// best BM25 (ties by id), as the SQL of `KeywordIndex::keyword_candidates` computes them.
-    pub(super) fn keywords(&self, query: &ScopedQuery, terms: &[String], limit: usize) -> KeywordCandidates {
+    pub(crate) fn keywords(&self, query: &ScopedQuery, terms: &[String], limit: usize) -> KeywordCandidates {
         let avg_doc_len = if self.docs > 0 { self.total_len as f64 / self.docs as f64 } else { 0.0 };
         let mut stats = KeywordStats { doc_count: self.docs, avg_doc_len, document_frequency: HashMap::new() };
         for term in terms {
@@ -582,7 +512,7 @@ impl ScopeIndex {
 
     /// The links of `memory_ids` to the `matched` entity rows, one hit per link and probe (as the
     /// SQL of `EntityIndex::entity_links`).
-    pub(super) fn links_of(&self, matched: &[(String, Vec<usize>)], memory_ids: &[Uuid]) -> Vec<EntityHit> {
+    pub(crate) fn links_of(&self, matched: &[(String, Vec<usize>)], memory_ids: &[Uuid]) -> Vec<EntityHit> {
         let wanted: HashSet<u32> = memory_ids.iter().filter_map(|id| self.position.get(id).copied()).collect();
         let mut hits = Vec::new();
         for (entity, probes) in matched {
@@ -598,7 +528,7 @@ impl ScopeIndex {
 
     /// The entity candidates of the probes, as the SQL of `EntityIndex::entity_candidates`
     /// computes them without a metadata filter.
-    pub(super) fn entities(
+    pub(crate) fn entities(
         &self,
         query: &ScopedQuery,
         probes: &[EntityProbe],
