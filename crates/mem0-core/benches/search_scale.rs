@@ -18,7 +18,9 @@
 //! Run: `cargo bench -p mem0-core --bench search_scale` (env `BENCH_SCALES`, default
 //! `100,1000,10000`; `BENCH_STORES`, default `sqlite,pgvector`; `BENCH_REQUESTS` per cell,
 //! default 400; `BENCH_FACT_CHARS`, facts of at least that length; `BENCH_PG_EMBEDDING_STORAGE=
-//! external`, pgvector's default column layout instead of the migrations').
+//! external`, pgvector's default column layout instead of the migrations';
+//! `BENCH_PG_INDEX_MAX_MEMORIES=0`, Postgres without the in-process scope indexes, every search
+//! in SQL).
 
 mod common;
 
@@ -438,7 +440,11 @@ async fn main() {
                 let admin = sqlx::PgPool::connect(&admin_url).await.expect("connect");
                 sqlx::query(&format!("create database {name}")).execute(&admin).await.expect("create database");
                 let url = format!("{}/{name}", admin_url.rsplit_once('/').expect("url").0);
-                let store = PgVectorStore::connect(&url, &PgVectorConfig::default()).await.expect("connect");
+                let mut config = PgVectorConfig::default();
+                if let Ok(value) = std::env::var("BENCH_PG_INDEX_MAX_MEMORIES") {
+                    config.index_max_memories = value.parse().expect("BENCH_PG_INDEX_MAX_MEMORIES: a number");
+                }
+                let store = PgVectorStore::connect(&url, &config).await.expect("connect");
                 let pool = store.pool().clone();
                 if std::env::var("BENCH_PG_EMBEDDING_STORAGE").is_ok_and(|value| value == "external") {
                     // pgvector's default layout, for comparison (migration 0013 keeps embeddings in the row).

@@ -1292,17 +1292,23 @@ fn index_queries() -> Vec<ScopedQuery> {
 /// What each retriever finds for `query`, in a comparable form (entity rows have store-made
 /// ids, so matches are compared by probe; scores rounded against summation order).
 async fn retrieved(store: &dyn VectorStore, query: &ScopedQuery) -> Vec<String> {
+    retrieved_at(store, query, 1e6).await
+}
+
+/// The same with dense scores rounded to `1 / dense_scale` (pgvector's cosine distance and the
+/// index's dot product of unit vectors differ in the 7th digit).
+async fn retrieved_at(store: &dyn VectorStore, query: &ScopedQuery, dense_scale: f64) -> Vec<String> {
     let vector = unit([2.0, 3.0, 1.0, 0.5]);
     let mut dense: Vec<(Uuid, i64)> = store
-        .search(query, &vector, 1000, 0.0)
+        .search(query, &vector, 10_000, 0.0)
         .await
         .expect("dense")
         .iter()
-        .map(|hit| (hit.record.id, (f64::from(hit.score) * 1e6).round() as i64))
+        .map(|hit| (hit.record.id, (f64::from(hit.score) * dense_scale).round() as i64))
         .collect();
     dense.sort();
     let terms: Vec<String> = ["violin", "tea", "chess", "absent"].iter().map(|term| (*term).to_owned()).collect();
-    let keywords = store.keyword_candidates(query, &terms, 1000).await.expect("keywords");
+    let keywords = store.keyword_candidates(query, &terms, 10_000).await.expect("keywords");
     let mut top: Vec<(Uuid, i64)> =
         keywords.top.iter().map(|(id, score)| (*id, (score * 1e9).round() as i64)).collect();
     top.sort();
@@ -1312,7 +1318,7 @@ async fn retrieved(store: &dyn VectorStore, query: &ScopedQuery) -> Vec<String> 
         .iter()
         .map(|name| EntityProbe { normalized: (*name).to_owned(), embedding: name_vector("Maria") })
         .collect();
-    let entities = store.entity_candidates(query, &probes, 0.999, 1000).await.expect("entities");
+    let entities = store.entity_candidates(query, &probes, 0.999, 10_000).await.expect("entities");
     let mut matched: Vec<Vec<usize>> = entities.matched.iter().map(|(_, probes)| probes.clone()).collect();
     matched.sort();
     let mut hits: Vec<(Uuid, usize)> = entities.hits.iter().map(|hit| (hit.memory_id, hit.probe)).collect();
@@ -1333,7 +1339,13 @@ async fn retrieved(store: &dyn VectorStore, query: &ScopedQuery) -> Vec<String> 
     vec![
         format!("links {links:?}"),
         format!("dense {dense:?}"),
-        format!("dense top 3 {:?}", best.iter().map(|hit| hit.record.id).collect::<Vec<_>>()),
+        // Ids where scores are exact (the same arithmetic on both sides, ties broken alike).
+        if dense_scale >= 1e6 {
+            format!("dense top 3 {:?}", best.iter().map(|hit| hit.record.id).collect::<Vec<_>>())
+        } else {
+            let scores: Vec<i64> = best.iter().map(|hit| (f64::from(hit.score) * dense_scale).round() as i64).collect();
+            format!("dense top 3 scores {scores:?}")
+        },
         format!("keyword stats {} {:.9} {frequencies:?}", keywords.stats.doc_count, keywords.stats.avg_doc_len),
         format!("keyword top {top:?}"),
         format!("entities {matched:?} {:?} {hits:?}", entities.linked),
@@ -1438,6 +1450,118 @@ async fn open_pg() -> (mem0_core::store::PgVectorStore, PgDatabase) {
 }
 
 conformance_suite!(pgvector, open_pg().await);
+
+/// Another handle on the test database of `guard`, as a second server would have.
+async fn open_pg_handle(guard: &PgDatabase, index_max_memories: usize) -> mem0_core::store::PgVectorStore {
+    let config = mem0_core::store::PgVectorConfig { index_max_memories, ..Default::default() };
+    mem0_core::store::PgVectorStore::connect(&guard.url(), &config).await.expect("connect")
+}
+
+/// The Postgres store with its per-scope search index off: every search through SQL.
+async fn open_pg_without_index() -> (mem0_core::store::PgVectorStore, PgDatabase) {
+    let database = PgDatabase::create().await;
+    let store = open_pg_handle(&database, 0).await;
+    (store, database)
+}
+
+conformance_suite!(pgvector_without_index, open_pg_without_index().await);
+
+/// Three servers on one database (indexed, searching through SQL, indexing 60 memories at most)
+/// answer every query alike through a random run of writes made by any of them, a reset, and a
+/// pruned change feed (indexes older than its horizon are rebuilt).
+#[tokio::test]
+async fn pgvector_index_answers_as_sql_through_random_writes_of_several_servers() {
+    let (indexed, guard) = open_pg().await;
+    let plain = open_pg_handle(&guard, 0).await;
+    let small = open_pg_handle(&guard, 60).await;
+    indexed.ensure_dimension(DIM, "test").await.expect("dimension");
+    let servers = [&indexed, &plain, &small];
+    let mut dice = Dice(7);
+    let mut live = Vec::new();
+    for step in 0..400 {
+        let write = random_write(&mut dice, &mut live);
+        servers[step % 3].apply(&write).await.expect("write");
+        if step == 250 {
+            plain.reset(Some("t2")).await.expect("reset");
+            live.retain(|memory| memory.tenant != "t2");
+        }
+        if step == 330 {
+            // What pruning does to changes older than every index.
+            sqlx::query(
+                "with gone as (delete from memory_changes returning xid) update memory_changes_horizon \
+                 set xid = greatest(xid, coalesce((select max(xid) + 1 from gone), 0))",
+            )
+            .execute(plain.pool())
+            .await
+            .expect("prune");
+        }
+        if step % 20 == 19 || step == 331 {
+            for query in index_queries() {
+                let want = retrieved_at(&plain, &query, 1e4).await;
+                for got in [retrieved_at(&indexed, &query, 1e4).await, retrieved_at(&small, &query, 1e4).await] {
+                    for (want, got) in want.iter().zip(&got) {
+                        assert_eq!(got, want, "step {step}, query {query:?}");
+                    }
+                }
+            }
+        }
+    }
+    let feed: i64 = sqlx::query_scalar("select count(*) from memory_changes").fetch_one(plain.pool()).await.expect("n");
+    assert!(feed > 0, "writes after the prune are in the feed");
+}
+
+/// Writers on two servers while a third searches: afterwards the searching server's index
+/// answers as SQL does (no write another server committed during its searches was missed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgvector_index_misses_no_write_made_during_searches() {
+    let (indexed, guard) = open_pg().await;
+    indexed.ensure_dimension(DIM, "test").await.expect("dimension");
+    let other = open_pg_handle(&guard, 0).await;
+    let mut dice = Dice(99);
+    // Scopes of a few thousand memories, so searches of the index also run as blocking work.
+    let many: Vec<MemoryRecord> = (0..6000).map(|_| random_record(&mut dice)).collect();
+    for chunk in many.chunks(500) {
+        insert(&indexed, chunk).await.expect("insert");
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for seed in 0..4u64 {
+        let store = if seed % 2 == 0 { indexed.clone() } else { other.clone() };
+        writers.push(tokio::spawn(async move {
+            let mut dice = Dice(seed + 100);
+            let mut live = Vec::new();
+            for _ in 0..100 {
+                store.apply(&random_write(&mut dice, &mut live)).await.expect("write");
+            }
+        }));
+    }
+    let mut searchers = Vec::new();
+    for _ in 0..3 {
+        let (store, done) = (indexed.clone(), std::sync::Arc::clone(&done));
+        searchers.push(tokio::spawn(async move {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                for query in index_queries() {
+                    retrieved(&store, &query).await;
+                }
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for searcher in searchers {
+        searcher.await.expect("searcher");
+    }
+    for query in index_queries() {
+        let (got, want) = (retrieved_at(&indexed, &query, 1e4).await, retrieved_at(&other, &query, 1e4).await);
+        for (got, want) in got.iter().zip(&want) {
+            let first = got.chars().zip(want.chars()).position(|(a, b)| a != b).unwrap_or(0);
+            let around = |text: &str| text.chars().skip(first.saturating_sub(80)).take(200).collect::<String>();
+            assert!(got == want, "query {query:?}: {} …{}… instead of …{}…", &want[..12], around(got), around(want));
+        }
+    }
+}
 
 /// A small scope inside a larger table through the HNSW path (exact ranking switched off): the
 /// iterative scan must still return a full top-k, and nearly the exact one.

@@ -16,6 +16,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use chrono::NaiveDate;
@@ -95,6 +96,8 @@ pub(crate) trait IndexSource: Send + Sync + std::fmt::Debug + 'static {
 pub(crate) struct ScopeIndexes<S> {
     /// Most memories held by all indexes together.
     capacity: usize,
+    /// Most memories of one indexed scope.
+    scope_max: usize,
     source: S,
     slots: Mutex<HashMap<(String, Scope), Arc<Slot>>>,
     /// Ticks for "least recently searched".
@@ -135,7 +138,12 @@ impl Slot {
 impl<S: IndexSource> ScopeIndexes<S> {
     /// Indexes holding at most `capacity` memories together (0: none, every search uses SQL).
     pub(crate) fn new(capacity: usize, source: S) -> Self {
-        Self { capacity, source, slots: Mutex::default(), clock: AtomicU64::new(0) }
+        Self { capacity, scope_max: capacity, source, slots: Mutex::default(), clock: AtomicU64::new(0) }
+    }
+
+    /// The same, indexing no scope of more than `scope_max` memories.
+    pub(crate) fn with_scope_max(capacity: usize, scope_max: usize, source: S) -> Self {
+        Self { scope_max: scope_max.min(capacity), ..Self::new(capacity, source) }
     }
 
     /// The feed and loader.
@@ -164,17 +172,26 @@ impl<S: IndexSource> ScopeIndexes<S> {
     }
 
     /// Builds or patches `slot`'s index; false when the scope is too large to index.
+    ///
+    /// Searches of a scope that overlap share one look at the feed: a look that began after a
+    /// search did saw every write committed before the search began.
     async fn bring_up_to_date(&self, query: &ScopedQuery, slot: &Arc<Slot>) -> Result<bool> {
-        let current = || slot.read().as_ref().is_some_and(|index| self.source.unchanged_since(index.as_of));
-        if current() {
+        let began = Instant::now();
+        let current = |waited: bool| {
+            slot.read().as_ref().is_some_and(|index| {
+                self.source.unchanged_since(index.as_of) || waited && index.checked.is_some_and(|at| at >= began)
+            })
+        };
+        if current(false) {
             return Ok(true);
         }
         let _loading = slot.loading.lock().await;
-        if current() {
+        if current(true) {
             return Ok(true);
         }
         let as_of = slot.read().as_ref().map(|index| index.as_of);
         if let Some(as_of) = as_of {
+            let checked = Instant::now();
             if let Some((next, changes)) = self.source.changes_since(as_of, &query.tenant).await? {
                 let (ids, held) = {
                     let guard = slot.read();
@@ -190,6 +207,7 @@ impl<S: IndexSource> ScopeIndexes<S> {
                             index.patch(&ids, rows, Some(entities));
                         }
                         index.as_of = next;
+                        index.checked = Some(checked);
                     }
                     drop(guard);
                     self.make_room(slot);
@@ -198,12 +216,14 @@ impl<S: IndexSource> ScopeIndexes<S> {
             }
         }
         // Built from scratch: first use, or too far behind.
-        if self.source.scope_size(query).await? > self.capacity {
+        if self.source.scope_size(query).await? > self.scope_max {
             self.slots().remove(&(query.tenant.clone(), query.scope.clone()));
             return Ok(false);
         }
+        let checked = Instant::now();
         let (as_of, rows, entities) = self.source.load_scope(query).await?;
-        let index = ScopeIndex::from_rows(as_of, rows, entities);
+        let mut index = ScopeIndex::from_rows(as_of, rows, entities);
+        index.checked = Some(checked);
         *slot.index.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(index);
         self.make_room(slot);
         Ok(true)
@@ -295,6 +315,8 @@ const VECTOR: u8 = 4;
 pub(crate) struct ScopeIndex {
     /// Feed position this index reflects: every change fed before it is applied.
     as_of: u64,
+    /// When the look at the feed (or the load) that brought it to `as_of` began.
+    checked: Option<Instant>,
     dimension: usize,
     ids: Vec<Uuid>,
     /// `dimension` values per entry (zeros where the entry has no vector of that length).

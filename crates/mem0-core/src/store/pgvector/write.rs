@@ -235,8 +235,21 @@ pub(super) async fn apply_in(executor: &mut sqlx::PgConnection, write: &WriteSet
 }
 
 /// Multi-row inserts: one round trip per 500 rows.
+///
+/// Rows go in by scope: each row's trigger updates its scope's `keyword_stats` row, and two
+/// writers inserting memories of the same scopes in different orders would each hold a row the
+/// other waits for (a deadlock Postgres breaks by failing one write).
 pub(super) async fn insert_rows(executor: &mut sqlx::PgConnection, records: &[MemoryRecord]) -> Result<()> {
     const COLUMN_COUNT: usize = 30;
+    let mut records: Vec<&MemoryRecord> = records.iter().collect();
+    records.sort_by(|a, b| {
+        (&a.tenant, &a.scope.user_id, &a.scope.agent_id, &a.scope.run_id).cmp(&(
+            &b.tenant,
+            &b.scope.user_id,
+            &b.scope.agent_id,
+            &b.scope.run_id,
+        ))
+    });
     for chunk in records.chunks(500) {
         let rows: Vec<String> = (0..chunk.len())
             .map(|row| {
