@@ -19,8 +19,8 @@
 //! `100,1000,10000`; `BENCH_STORES`, default `sqlite,pgvector`; `BENCH_REQUESTS` per cell,
 //! default 400; `BENCH_FACT_CHARS`, facts of at least that length; `BENCH_PG_EMBEDDING_STORAGE=
 //! external`, pgvector's default column layout instead of the migrations';
-//! `BENCH_PG_INDEX_MAX_MEMORIES=0`, Postgres without the in-process scope indexes, every search
-//! in SQL).
+//! `BENCH_PG_INDEX_MAX_MEMORIES=0 BENCH_PG_RECORD_CACHE_ENTRIES=0`, Postgres without the
+//! in-process scope indexes and row cache: every search in SQL, as before [L]).
 
 mod common;
 
@@ -337,6 +337,11 @@ async fn bench_store(
         let started = Instant::now();
         load(&memory, &caller, &user, count, &mut rng).await;
         println!("\n{name}: {count} memories for one user (loaded in {:.1?})", started.elapsed());
+        if let Some(pool) = &pool {
+            // Settled statistics, as a database that has been running has: otherwise autovacuum
+            // works through the fresh rows during the first cells and its CPU counts as theirs.
+            sqlx::query("vacuum analyze").execute(pool).await.expect("vacuum");
+        }
         // The embedded store builds the scope's index on its first search (after a restart, or
         // when the scope was evicted).
         run_cell(
@@ -443,6 +448,9 @@ async fn main() {
                 let mut config = PgVectorConfig::default();
                 if let Ok(value) = std::env::var("BENCH_PG_INDEX_MAX_MEMORIES") {
                     config.index_max_memories = value.parse().expect("BENCH_PG_INDEX_MAX_MEMORIES: a number");
+                }
+                if let Ok(value) = std::env::var("BENCH_PG_RECORD_CACHE_ENTRIES") {
+                    config.record_cache_entries = value.parse().expect("BENCH_PG_RECORD_CACHE_ENTRIES: a number");
                 }
                 let store = PgVectorStore::connect(&url, &config).await.expect("connect");
                 let pool = store.pool().clone();

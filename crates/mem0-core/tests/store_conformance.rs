@@ -1504,6 +1504,22 @@ async fn pgvector_index_answers_as_sql_through_random_writes_of_several_servers(
                     }
                 }
             }
+            // Rows read by id are the stored ones (embedding included), whether or not a row
+            // cache or an index holds an older version: compared with a fresh handle's.
+            let fresh = open_pg_handle(&guard, 0).await;
+            for tenant in ["t", "t2"] {
+                let ids: Vec<Uuid> = live.iter().filter(|memory| memory.tenant == tenant).map(|m| m.id).collect();
+                let sorted = |mut records: Vec<MemoryRecord>| {
+                    records.sort_by_key(|record| record.id);
+                    records
+                };
+                let want = sorted(fresh.get_many(tenant, &ids).await.expect("rows"));
+                assert_eq!(want.len(), ids.len());
+                for server in servers {
+                    assert!(sorted(server.get_many(tenant, &ids).await.expect("rows")) == want, "step {step}");
+                }
+            }
+            fresh.pool().close().await;
         }
     }
     let feed: i64 = sqlx::query_scalar("select count(*) from memory_changes").fetch_one(plain.pool()).await.expect("n");

@@ -64,6 +64,8 @@ pub(crate) struct Loaded {
     pub(crate) embedding: Vec<f32>,
     /// Entity row ids it links to.
     pub(crate) links: Vec<String>,
+    /// The row version the store can compare later (Postgres: the tuple's `xmin`; 0 elsewhere).
+    pub(crate) version: u64,
 }
 
 /// Where indexes read their rows and learn what changed: positions in a change feed only grow,
@@ -149,6 +151,24 @@ impl<S: IndexSource> ScopeIndexes<S> {
     /// The feed and loader.
     pub(crate) fn source(&self) -> &S {
         &self.source
+    }
+
+    /// The embeddings the tenant's indexes hold for `wanted` rows (id and version), where they
+    /// hold that very version of the row.
+    pub(crate) fn vectors_of(&self, tenant: &str, wanted: &[(Uuid, u64)]) -> HashMap<Uuid, Vec<f32>> {
+        let slots: Vec<Arc<Slot>> =
+            self.slots().iter().filter(|((held, _), _)| held == tenant).map(|(_, slot)| Arc::clone(slot)).collect();
+        let mut found = HashMap::new();
+        for slot in slots {
+            let guard = slot.read();
+            let Some(index) = guard.as_ref() else { continue };
+            for (id, version) in wanted {
+                if let Some(vector) = index.vector_of(id, *version) {
+                    found.entry(*id).or_insert_with(|| vector.to_vec());
+                }
+            }
+        }
+        found
     }
 
     fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<(String, Scope), Arc<Slot>>> {
@@ -324,6 +344,7 @@ pub(crate) struct ScopeIndex {
     flags: Vec<u8>,
     expiration: Vec<Option<NaiveDate>>,
     doc_len: Vec<u32>,
+    versions: Vec<u64>,
     /// Live entries by id.
     position: HashMap<Uuid, u32>,
     /// Term → (entry, term frequency).
@@ -378,6 +399,7 @@ impl ScopeIndex {
         self.flags.push(flags);
         self.expiration.push(row.expiration);
         self.doc_len.push(row.doc_len);
+        self.versions.push(row.version);
         self.position.insert(row.id, entry);
         self.docs += 1;
         self.total_len += u64::from(row.doc_len);
@@ -413,6 +435,7 @@ impl ScopeIndex {
         let dimension = self.dimension;
         let mut vectors = Vec::with_capacity(self.position.len() * dimension);
         let (mut ids, mut flags, mut expiration, mut doc_len) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut versions = Vec::new();
         for (entry, slot) in moved.iter_mut().enumerate() {
             if self.flags[entry] & ALIVE == 0 {
                 continue;
@@ -423,6 +446,7 @@ impl ScopeIndex {
             flags.push(self.flags[entry]);
             expiration.push(self.expiration[entry]);
             doc_len.push(self.doc_len[entry]);
+            versions.push(self.versions[entry]);
             vectors.extend_from_slice(&self.vectors[entry * dimension..(entry + 1) * dimension]);
         }
         for list in self.postings.values_mut() {
@@ -434,8 +458,15 @@ impl ScopeIndex {
         }
         self.links.retain(|_, list| !list.is_empty());
         self.position = ids.iter().enumerate().map(|(entry, id)| (*id, entry as u32)).collect();
-        (self.ids, self.vectors, self.flags, self.expiration, self.doc_len) =
-            (ids, vectors, flags, expiration, doc_len);
+        (self.ids, self.vectors, self.flags, self.expiration, self.doc_len, self.versions) =
+            (ids, vectors, flags, expiration, doc_len, versions);
+    }
+
+    /// The embedding of row `id` when the index holds its version `version`.
+    fn vector_of(&self, id: &Uuid, version: u64) -> Option<&[f32]> {
+        let entry = *self.position.get(id)? as usize;
+        (self.flags[entry] & VECTOR != 0 && self.versions[entry] == version)
+            .then(|| &self.vectors[entry * self.dimension..(entry + 1) * self.dimension])
     }
 
     fn alive(&self, entry: usize) -> bool {
@@ -678,6 +709,7 @@ mod tests {
             text_lemmatized: text.to_owned(),
             embedding: vector.to_vec(),
             links: vec!["e1".to_owned()],
+            version: 1,
         }
     }
 
@@ -710,5 +742,11 @@ mod tests {
         assert_eq!(found.stats.document_frequency.get("violin"), Some(&1));
         assert_eq!(found.top.len(), 1);
         assert_eq!(index.links.get("e1").map(Vec::len), Some(3000));
+        // Embeddings are handed out for the version held only, after compaction too.
+        let patched = Loaded { version: 2, ..row(ids[0], "cello", [0.6, 0.8]) };
+        index.patch(&ids[..1], vec![patched], None);
+        assert_eq!(index.vector_of(&ids[0], 2), Some(&[0.6, 0.8][..]));
+        assert_eq!(index.vector_of(&ids[0], 1), None);
+        assert_eq!(index.vector_of(&ids[2999], 1), Some(&[1.0, 0.0][..]));
     }
 }

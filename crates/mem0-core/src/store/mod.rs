@@ -3,6 +3,7 @@
 //! they exchange, one SQL filter compiler (`sql.rs`) and the two implementations: the embedded
 //! SQLite store (`sqlite/`) and Postgres + pgvector (`pgvector/`).
 
+mod cache;
 mod index;
 mod pgvector;
 mod sql;

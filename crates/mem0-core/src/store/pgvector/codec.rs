@@ -83,11 +83,19 @@ pub(super) fn copy_row(out: &mut String, record: &MemoryRecord) {
 }
 
 pub(super) fn row_to_record(row: &PgRow) -> Result<MemoryRecord> {
+    row_to_record_with(row, None)
+}
+
+/// A row's record, with `embedding` when given (the row need not have that column then).
+pub(super) fn row_to_record_with(row: &PgRow, embedding: Option<Vec<f32>>) -> Result<MemoryRecord> {
     let metadata: serde_json::Value = row.try_get("metadata")?;
     let serde_json::Value::Object(metadata) = metadata else {
         return Err(Error::Internal("stored metadata is not an object".into()));
     };
-    let embedding: Vector = row.try_get("embedding")?;
+    let embedding = match embedding {
+        Some(embedding) => embedding,
+        None => row.try_get::<Vector, _>("embedding")?.to_vec(),
+    };
     Ok(MemoryRecord {
         id: row.try_get("id")?,
         tenant: row.try_get("tenant")?,
@@ -109,7 +117,7 @@ pub(super) fn row_to_record(row: &PgRow) -> Result<MemoryRecord> {
         linked_memory_ids: row.try_get("linked_memory_ids")?,
         entities: row.try_get("entities")?,
         text_lemmatized: row.try_get("text_lemmatized")?,
-        embedding: embedding.to_vec(),
+        embedding,
         provenance: provenance(
             row.try_get("source_type")?,
             row.try_get("source_actor")?,

@@ -198,8 +198,10 @@ async fn scope_entities(executor: &mut sqlx::PgConnection, query: &ScopedQuery) 
         .collect()
 }
 
+/// With the tuple's version (`xmin`), which `get_many` compares to take embeddings from here.
 const LOADED_COLUMNS: &str =
-    "id, user_id, agent_id, run_id, expiration_date, status, doc_len, text_lemmatized, embedding";
+    "id, user_id, agent_id, run_id, expiration_date, status, doc_len, text_lemmatized, embedding, \
+     xmin::text::int8";
 
 /// Decodes a row of [`LOADED_COLUMNS`], with its scope.
 fn loaded(row: &sqlx::postgres::PgRow) -> Result<(Loaded, Scope)> {
@@ -216,6 +218,7 @@ fn loaded(row: &sqlx::postgres::PgRow) -> Result<(Loaded, Scope)> {
             text_lemmatized: row.try_get(7)?,
             embedding: embedding.to_vec(),
             links: Vec::new(),
+            version: u64::try_from(row.try_get::<i64, _>(9)?).unwrap_or(0),
         },
         scope,
     ))

@@ -19,10 +19,11 @@ mod import;
 mod index_source;
 mod write;
 
-use self::codec::row_to_record;
+use self::codec::{row_to_record, row_to_record_with};
 pub use self::import::ImportReport;
 use self::index_source::PgSource;
 use self::write::apply_in;
+use super::cache::Cache;
 use super::index::{Candidate, ScopeIndexes};
 use super::sql::{where_clause, Bind, Postgres as Pg};
 use super::AccessLog;
@@ -48,6 +49,10 @@ pub(super) const COLUMNS: &str =
                        expiration_date, attributed_to, role, actor_id, memory_type, linked_memory_ids, entities, \
                        text_lemmatized, doc_len, embedding, source_type, source_actor, source_app, evidence_ref, \
                        confidence, state_key, status, superseded_by, valid_to, event_time";
+
+/// [`COLUMNS`] without the embedding.
+static COLUMNS_BUT_EMBEDDING: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| COLUMNS.replace(" embedding,", ""));
 
 /// Settings of the Postgres store.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -81,6 +86,14 @@ pub struct PgVectorConfig {
     /// off. About 1.6 KB each with 384-dimension embeddings.
     #[serde(default = "default_index_max_memories")]
     pub index_max_memories: usize,
+    /// Memory rows kept in memory for reads by id (the candidates hybrid search scores), each
+    /// used only while the row in the database is still that version; 0 turns it off.
+    #[serde(default = "default_record_cache_entries")]
+    pub record_cache_entries: usize,
+}
+
+fn default_record_cache_entries() -> usize {
+    20_000
 }
 
 fn default_index_max_memories() -> usize {
@@ -121,6 +134,7 @@ impl Default for PgVectorConfig {
             hnsw_ef_search: default_ef_search(),
             hnsw_max_scan_tuples: default_max_scan_tuples(),
             index_max_memories: default_index_max_memories(),
+            record_cache_entries: default_record_cache_entries(),
         }
     }
 }
@@ -134,6 +148,8 @@ pub struct PgVectorStore {
     max_scan_tuples: u64,
     /// Per-scope search indexes fed by `memory_changes` (see `store/index.rs`).
     indexes: Arc<ScopeIndexes<PgSource>>,
+    /// Rows by id with their version (`xmin`): used only where the row still has that version.
+    records: Arc<Cache<(u64, Arc<MemoryRecord>)>>,
 }
 
 type PgQuery<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
@@ -195,6 +211,7 @@ impl PgVectorStore {
         let store = Self {
             pool,
             indexes,
+            records: Arc::new(Cache::new(config.record_cache_entries)),
             exact_search_max_rows: config.exact_search_max_rows,
             ef_search: config.hnsw_ef_search,
             max_scan_tuples: config.hnsw_max_scan_tuples,
@@ -238,13 +255,69 @@ impl MemoryRows for PgVectorStore {
         row.as_ref().map(row_to_record).transpose()
     }
 
+    /// Rows come from the row cache where it holds their current version (the tuple's `xmin`,
+    /// read first in one small statement); the others are read and cached, their embeddings
+    /// from the scope indexes where those hold that version (384 floats a row are most of what
+    /// a row costs to send and decode), else read whole.
     async fn get_many(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
-        let rows = sqlx::query(&format!("select {COLUMNS} from memories where tenant = $1 and id = any($2)"))
-            .bind(tenant)
-            .bind(ids)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(row_to_record).collect()
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let versions: Vec<(Uuid, i64)> =
+            sqlx::query_as("select id, xmin::text::int8 from memories where tenant = $1 and id = any($2)")
+                .bind(tenant)
+                .bind(ids)
+                .fetch_all(&self.pool)
+                .await?;
+        let current: Vec<Uuid> = versions.iter().map(|(id, _)| *id).collect();
+        let (cached, _) = self.records.get_many(&current);
+        let cached: HashMap<Uuid, (u64, Arc<MemoryRecord>)> = cached.into_iter().collect();
+        let mut records = Vec::with_capacity(versions.len());
+        let mut stale = Vec::new();
+        for (id, version) in &versions {
+            match cached.get(id) {
+                Some((held, record)) if i64::try_from(*held).ok() == Some(*version) => {
+                    records.push(MemoryRecord::clone(record));
+                }
+                _ => stale.push(*id),
+            }
+        }
+        if stale.is_empty() {
+            return Ok(records);
+        }
+        let generation = self.records.generation();
+        let statement = format!(
+            "select {}, xmin::text::int8 as row_version from memories where tenant = $1 and id = any($2)",
+            *COLUMNS_BUT_EMBEDDING
+        );
+        let rows = sqlx::query(&statement).bind(tenant).bind(&stale).fetch_all(&self.pool).await?;
+        let read = rows
+            .iter()
+            .map(|row| Ok((row.try_get("id")?, u64::try_from(row.try_get::<i64, _>("row_version")?).unwrap_or(0))))
+            .collect::<Result<Vec<(Uuid, u64)>>>()?;
+        let mut vectors = self.indexes.vectors_of(tenant, &read);
+        let mut loaded = Vec::with_capacity(rows.len());
+        let mut whole = Vec::new();
+        for (row, (id, version)) in rows.iter().zip(&read) {
+            match vectors.remove(id) {
+                Some(embedding) => loaded.push((*version, row_to_record_with(row, Some(embedding))?)),
+                None => whole.push(*id),
+            }
+        }
+        if !whole.is_empty() {
+            let statement = format!(
+                "select {COLUMNS}, xmin::text::int8 as row_version from memories where tenant = $1 and id = any($2)"
+            );
+            for row in sqlx::query(&statement).bind(tenant).bind(&whole).fetch_all(&self.pool).await? {
+                let version = u64::try_from(row.try_get::<i64, _>("row_version")?).unwrap_or(0);
+                loaded.push((version, row_to_record(&row)?));
+            }
+        }
+        let fill: Vec<(Uuid, (u64, Arc<MemoryRecord>))> =
+            loaded.iter().map(|(version, record)| (record.id, (*version, Arc::new(record.clone())))).collect();
+        self.records.fill(&fill, generation);
+        records.extend(loaded.into_iter().map(|(_, record)| record));
+        Ok(records)
     }
 
     async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page> {
@@ -329,6 +402,7 @@ impl MemoryRows for PgVectorStore {
         }
         transaction.commit().await?;
         self.indexes.clear();
+        self.records.clear();
         Ok(())
     }
 
@@ -863,5 +937,17 @@ impl EntityIndex for PgVectorStore {
             }
         }
         Ok(hits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_but_embedding_are_the_columns_less_one() {
+        let all: Vec<&str> = COLUMNS.split(',').map(str::trim).collect();
+        let without: Vec<&str> = COLUMNS_BUT_EMBEDDING.split(',').map(str::trim).collect();
+        assert_eq!(without, all.into_iter().filter(|column| *column != "embedding").collect::<Vec<_>>());
     }
 }

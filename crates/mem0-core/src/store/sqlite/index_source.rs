@@ -172,6 +172,7 @@ fn loaded(row: &sqlx::sqlite::SqliteRow) -> Result<(Loaded, Scope)> {
             text_lemmatized: row.try_get(7)?,
             embedding: decode_embedding(bytes),
             links: Vec::new(),
+            version: 0,
         },
         scope,
     ))

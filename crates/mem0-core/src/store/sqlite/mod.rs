@@ -26,12 +26,10 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
-mod cache;
 mod codec;
 mod index_source;
 mod write;
 
-use self::cache::{RecordCache, SharedVector, VectorCache};
 use self::codec::{decode_embedding, from_micros, micros, row_to_record};
 use self::index_source::SqliteSource;
 use self::write::{apply_in, scope_entities, settle_in};
@@ -44,6 +42,7 @@ use super::{
 use crate::decay::MemoryRead;
 use crate::error::{Error, Result};
 use crate::retrieval::{Bm25, EntityScores};
+use crate::store::cache::{RecordCache, SharedVector, VectorCache};
 use crate::store::index::{Candidate, Change, ScopeIndexes};
 use crate::types::{MemoryRecord, MemoryStatus};
 

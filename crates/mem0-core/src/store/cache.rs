@@ -1,4 +1,4 @@
-//! The bounded in-process caches the embedded store searches with: embeddings by memory id, and
+//! The bounded in-process caches the stores search with: embeddings by memory id, and
 //! whole memory rows by id (the candidates a hybrid search scores are mostly the same few
 //! hundred rows from one search to the next).
 //!
@@ -16,17 +16,17 @@ use uuid::Uuid;
 use crate::types::MemoryRecord;
 
 /// An embedding shared between the cache and a running search.
-pub(super) type SharedVector = (Uuid, Arc<[f32]>);
+pub(crate) type SharedVector = (Uuid, Arc<[f32]>);
 
 /// Embeddings by memory id.
-pub(super) type VectorCache = Cache<Arc<[f32]>>;
+pub(crate) type VectorCache = Cache<Arc<[f32]>>;
 
 /// Memory rows by id.
-pub(super) type RecordCache = Cache<Arc<MemoryRecord>>;
+pub(crate) type RecordCache = Cache<Arc<MemoryRecord>>;
 
 /// Values by memory id; bounded, never a source of truth.
 #[derive(Debug, Default)]
-pub(super) struct Cache<V> {
+pub(crate) struct Cache<V> {
     entries: RwLock<HashMap<Uuid, V>>,
     capacity: usize,
     /// Bumped by every committed write.
@@ -35,17 +35,17 @@ pub(super) struct Cache<V> {
 
 impl<V: Clone> Cache<V> {
     /// An empty cache holding at most `capacity` values.
-    pub(super) fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self { entries: RwLock::default(), capacity, generation: AtomicU64::new(0) }
     }
 
     /// The generation to pass to [`Cache::fill`]; read it before reading the database.
-    pub(super) fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
     /// The cached values of `ids`, and the ids not cached.
-    pub(super) fn get_many(&self, ids: &[Uuid]) -> (Vec<(Uuid, V)>, Vec<Uuid>) {
+    pub(crate) fn get_many(&self, ids: &[Uuid]) -> (Vec<(Uuid, V)>, Vec<Uuid>) {
         let entries = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut found = Vec::with_capacity(ids.len());
         let mut missing = Vec::new();
@@ -60,7 +60,7 @@ impl<V: Clone> Cache<V> {
 
     /// Stores values read from the database since `generation`, unless a write committed since.
     /// When full, about an eighth of the entries (arbitrary ones) make room first.
-    pub(super) fn fill(&self, loaded: &[(Uuid, V)], generation: u64) {
+    pub(crate) fn fill(&self, loaded: &[(Uuid, V)], generation: u64) {
         if self.capacity == 0 || loaded.is_empty() {
             return;
         }
@@ -80,7 +80,7 @@ impl<V: Clone> Cache<V> {
     }
 
     /// Forgets the values of rows a committed write changed or removed.
-    pub(super) fn invalidate(&self, ids: impl IntoIterator<Item = Uuid>) {
+    pub(crate) fn invalidate(&self, ids: impl IntoIterator<Item = Uuid>) {
         let mut entries = self.entries.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.generation.fetch_add(1, Ordering::AcqRel);
         for id in ids {
@@ -88,7 +88,7 @@ impl<V: Clone> Cache<V> {
         }
     }
 
-    pub(super) fn clear(&self) {
+    pub(crate) fn clear(&self) {
         let mut entries = self.entries.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.generation.fetch_add(1, Ordering::AcqRel);
         entries.clear();
