@@ -1457,11 +1457,49 @@ async fn open_pg_handle(guard: &PgDatabase, index_max_memories: usize) -> mem0_c
     mem0_core::store::PgVectorStore::connect(&guard.url(), &config).await.expect("connect")
 }
 
-/// The Postgres store with its per-scope search index off: every search through SQL.
+/// The Postgres store with its per-scope search index and row cache off: every read in SQL.
 async fn open_pg_without_index() -> (mem0_core::store::PgVectorStore, PgDatabase) {
     let database = PgDatabase::create().await;
-    let store = open_pg_handle(&database, 0).await;
+    let config =
+        mem0_core::store::PgVectorConfig { index_max_memories: 0, record_cache_entries: 0, ..Default::default() };
+    let store = mem0_core::store::PgVectorStore::connect(&database.url(), &config).await.expect("connect");
     (store, database)
+}
+
+/// Pruning the change feed never passes a transaction still open (indexes positioned before it
+/// would otherwise be rebuilt on every search until it ended), and moves the horizon past what
+/// it removed once that transaction is over.
+#[tokio::test]
+async fn pgvector_change_feed_pruning_waits_for_open_transactions() {
+    let (store, _guard) = open_pg().await;
+    store.ensure_dimension(DIM, "test").await.expect("dimension");
+    let horizon = |store: &mem0_core::store::PgVectorStore| {
+        let pool = store.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("select xid from memory_changes_horizon").fetch_one(&pool).await.expect("h")
+        }
+    };
+    insert(&store, &[record("t", "u", "before", unit([1.0, 0.0, 0.0, 0.0]), json!({}), 0)]).await.expect("insert");
+    // A transaction holding an id, left open (an idle session in a transaction).
+    let mut open = store.pool().begin().await.expect("begin");
+    let open_xid: i64 =
+        sqlx::query_scalar("select pg_current_xact_id()::text::int8").fetch_one(&mut *open).await.expect("xid");
+    insert(&store, &[record("t", "u", "after", unit([0.0, 1.0, 0.0, 0.0]), json!({}), 1)]).await.expect("insert");
+    sqlx::query("update memory_changes set recorded_at = recorded_at - interval '1 hour'")
+        .execute(store.pool())
+        .await
+        .expect("age the feed");
+    assert_eq!(store.prune_change_feed().await.expect("prune"), 1, "only the change from before the open one");
+    assert!(horizon(&store).await <= open_xid, "the horizon stays at or below the open transaction");
+    // An index built now is positioned at the open transaction and stays usable.
+    let found = store.search(&query("t", "u", None), &unit([0.0, 1.0, 0.0, 0.0]), 1, 0.0).await.expect("search");
+    assert_eq!(found[0].record.memory, "after");
+    open.rollback().await.expect("rollback");
+    assert_eq!(store.prune_change_feed().await.expect("prune"), 1);
+    assert!(horizon(&store).await > open_xid);
+    let remaining: i64 =
+        sqlx::query_scalar("select count(*) from memory_changes").fetch_one(store.pool()).await.expect("count");
+    assert_eq!(remaining, 0);
 }
 
 conformance_suite!(pgvector_without_index, open_pg_without_index().await);
@@ -1543,11 +1581,24 @@ async fn pgvector_index_misses_no_write_made_during_searches() {
     let mut writers = Vec::new();
     for seed in 0..4u64 {
         let store = if seed % 2 == 0 { indexed.clone() } else { other.clone() };
+        let searcher = indexed.clone();
         writers.push(tokio::spawn(async move {
             let mut dice = Dice(seed + 100);
             let mut live = Vec::new();
             for _ in 0..100 {
-                store.apply(&random_write(&mut dice, &mut live)).await.expect("write");
+                let write = random_write(&mut dice, &mut live);
+                store.apply(&write).await.expect("write");
+                // A memory just inserted, on either server, is found by the indexed one at once.
+                if let Some(memory) = write.insert.first() {
+                    let shown = ScopedQuery {
+                        scope: memory.scope.clone(),
+                        show_expired: true,
+                        include_superseded: true,
+                        ..query(&memory.tenant, "u1", None)
+                    };
+                    let hits = searcher.search(&shown, &memory.embedding, 10_000, 0.0).await.expect("search");
+                    assert!(hits.iter().any(|hit| hit.record.id == memory.id), "a committed insert was missed");
+                }
             }
         }));
     }

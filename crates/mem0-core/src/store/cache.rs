@@ -39,6 +39,11 @@ impl<V: Clone> Cache<V> {
         Self { entries: RwLock::default(), capacity, generation: AtomicU64::new(0) }
     }
 
+    /// Whether it keeps anything at all.
+    pub(crate) fn enabled(&self) -> bool {
+        self.capacity > 0
+    }
+
     /// The generation to pass to [`Cache::fill`]; read it before reading the database.
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)

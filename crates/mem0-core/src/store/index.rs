@@ -138,6 +138,11 @@ impl Slot {
 }
 
 impl<S: IndexSource> ScopeIndexes<S> {
+    /// Whether indexes are kept at all.
+    pub(crate) fn enabled(&self) -> bool {
+        self.capacity > 0
+    }
+
     /// Indexes holding at most `capacity` memories together (0: none, every search uses SQL).
     pub(crate) fn new(capacity: usize, source: S) -> Self {
         Self { capacity, scope_max: capacity, source, slots: Mutex::default(), clock: AtomicU64::new(0) }
@@ -249,10 +254,11 @@ impl<S: IndexSource> ScopeIndexes<S> {
         Ok(true)
     }
 
-    /// Drops the least recently searched indexes (never `keep`) until all fit the capacity.
+    /// Drops the least recently searched indexes (never `keep`) until all fit the capacity. An
+    /// empty scope counts as one memory, so scopes searched once with made-up ids cannot pile up.
     fn make_room(&self, keep: &Arc<Slot>) {
         let mut slots = self.slots();
-        let size = |slot: &Slot| slot.read().as_ref().map_or(0, ScopeIndex::len);
+        let size = |slot: &Slot| slot.read().as_ref().map_or(0, ScopeIndex::len).max(1);
         let mut total: usize = slots.values().map(|slot| size(slot)).sum();
         while total > self.capacity {
             let oldest = slots

@@ -6,7 +6,8 @@
 //! patched under a snapshot whose xmin is `p` holds every change of those transactions, and the
 //! changes it may lack are of transactions `p` or later, which the feed holds under their id.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -38,11 +39,13 @@ const XMIN: &str = "pg_snapshot_xmin(pg_current_snapshot())::text::int8";
 pub(super) struct PgSource {
     pool: PgPool,
     pruned: Mutex<Option<Instant>>,
+    /// A prune is running (the next waits for it to end).
+    pruning: Arc<AtomicBool>,
 }
 
 impl PgSource {
     pub(super) fn new(pool: PgPool) -> Self {
-        Self { pool, pruned: Mutex::new(None) }
+        Self { pool, pruned: Mutex::new(None), pruning: Arc::default() }
     }
 
     /// Deletes the feed's old rows (in the background, at most every [`PRUNE_EVERY`]) and moves
@@ -57,20 +60,28 @@ impl PgSource {
             *pruned = Some(Instant::now());
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let pool = self.pool.clone();
+        if self.pruning.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (pool, pruning) = (self.pool.clone(), Arc::clone(&self.pruning));
         runtime.spawn(async move {
             if let Err(error) = prune(&pool).await {
                 tracing::warn!(%error, "pruning the scope index change feed failed; retried in a minute");
             }
+            pruning.store(false, Ordering::Release);
         });
     }
 }
 
 /// One statement: the horizon moves to just past the newest transaction whose changes are gone.
+///
+/// Only changes of transactions below the snapshot's xmin go: a transaction left open somewhere
+/// on the cluster holds xmin back, and with it the positions of fresh indexes; pruning past it
+/// would send every index to a rebuild on every search until that transaction ends.
 pub(super) async fn prune(pool: &PgPool) -> Result<u64> {
     let statement = format!(
         "with gone as (delete from memory_changes where recorded_at < clock_timestamp() - interval '{KEEP_CHANGES}' \
-         returning xid), moved as (update memory_changes_horizon set xid = greatest(xid, \
+         and xid < {XMIN} returning xid), moved as (update memory_changes_horizon set xid = greatest(xid, \
          coalesce((select max(xid) + 1 from gone), 0)) returning 1) \
          select count(*)::int8 from gone"
     );

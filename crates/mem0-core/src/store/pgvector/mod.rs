@@ -234,6 +234,16 @@ impl PgVectorStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+
+    /// Prunes the scope indexes' change feed now (servers do it once a minute): changes older
+    /// than 10 minutes of transactions that ended before every open one began. Returns how many
+    /// went.
+    ///
+    /// # Errors
+    /// [`Error::StoreUnavailable`] when Postgres cannot be reached.
+    pub async fn prune_change_feed(&self) -> Result<u64> {
+        index_source::prune(&self.pool).await
+    }
 }
 
 #[async_trait]
@@ -263,6 +273,14 @@ impl MemoryRows for PgVectorStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        if !self.records.enabled() && !self.indexes.enabled() {
+            let statement = format!("select {COLUMNS} from memories where tenant = $1 and id = any($2)");
+            let rows = sqlx::query(&statement).bind(tenant).bind(ids).fetch_all(&self.pool).await?;
+            return rows.iter().map(row_to_record).collect();
+        }
+        if !self.records.enabled() {
+            return self.read_rows(tenant, ids, Vec::new()).await;
+        }
         let versions: Vec<(Uuid, i64)> =
             sqlx::query_as("select id, xmin::text::int8 from memories where tenant = $1 and id = any($2)")
                 .bind(tenant)
@@ -285,39 +303,7 @@ impl MemoryRows for PgVectorStore {
         if stale.is_empty() {
             return Ok(records);
         }
-        let generation = self.records.generation();
-        let statement = format!(
-            "select {}, xmin::text::int8 as row_version from memories where tenant = $1 and id = any($2)",
-            *COLUMNS_BUT_EMBEDDING
-        );
-        let rows = sqlx::query(&statement).bind(tenant).bind(&stale).fetch_all(&self.pool).await?;
-        let read = rows
-            .iter()
-            .map(|row| Ok((row.try_get("id")?, u64::try_from(row.try_get::<i64, _>("row_version")?).unwrap_or(0))))
-            .collect::<Result<Vec<(Uuid, u64)>>>()?;
-        let mut vectors = self.indexes.vectors_of(tenant, &read);
-        let mut loaded = Vec::with_capacity(rows.len());
-        let mut whole = Vec::new();
-        for (row, (id, version)) in rows.iter().zip(&read) {
-            match vectors.remove(id) {
-                Some(embedding) => loaded.push((*version, row_to_record_with(row, Some(embedding))?)),
-                None => whole.push(*id),
-            }
-        }
-        if !whole.is_empty() {
-            let statement = format!(
-                "select {COLUMNS}, xmin::text::int8 as row_version from memories where tenant = $1 and id = any($2)"
-            );
-            for row in sqlx::query(&statement).bind(tenant).bind(&whole).fetch_all(&self.pool).await? {
-                let version = u64::try_from(row.try_get::<i64, _>("row_version")?).unwrap_or(0);
-                loaded.push((version, row_to_record(&row)?));
-            }
-        }
-        let fill: Vec<(Uuid, (u64, Arc<MemoryRecord>))> =
-            loaded.iter().map(|(version, record)| (record.id, (*version, Arc::new(record.clone())))).collect();
-        self.records.fill(&fill, generation);
-        records.extend(loaded.into_iter().map(|(_, record)| record));
-        Ok(records)
+        self.read_rows(tenant, &stale, records).await
     }
 
     async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page> {
@@ -579,6 +565,48 @@ impl VectorIndex for PgVectorStore {
 }
 
 impl PgVectorStore {
+    /// Rows of `ids` (appended to `records`) read with their version and cached: embeddings from
+    /// the scope indexes where they hold that version, else the rows read whole.
+    async fn read_rows(&self, tenant: &str, ids: &[Uuid], mut records: Vec<MemoryRecord>) -> Result<Vec<MemoryRecord>> {
+        let generation = self.records.generation();
+        let mut loaded = Vec::with_capacity(ids.len());
+        let mut whole = Vec::new();
+        if self.indexes.enabled() {
+            let statement = format!(
+                "select {}, xmin::text::int8 as row_version from memories where tenant = $1 and id = any($2)",
+                *COLUMNS_BUT_EMBEDDING
+            );
+            let rows = sqlx::query(&statement).bind(tenant).bind(ids).fetch_all(&self.pool).await?;
+            let read = rows
+                .iter()
+                .map(|row| Ok((row.try_get("id")?, u64::try_from(row.try_get::<i64, _>("row_version")?).unwrap_or(0))))
+                .collect::<Result<Vec<(Uuid, u64)>>>()?;
+            let mut vectors = self.indexes.vectors_of(tenant, &read);
+            for (row, (id, version)) in rows.iter().zip(&read) {
+                match vectors.remove(id) {
+                    Some(embedding) => loaded.push((*version, row_to_record_with(row, Some(embedding))?)),
+                    None => whole.push(*id),
+                }
+            }
+        } else {
+            whole = ids.to_vec();
+        }
+        if !whole.is_empty() {
+            let statement = format!(
+                "select {COLUMNS}, xmin::text::int8 as row_version from memories where tenant = $1 and id = any($2)"
+            );
+            for row in sqlx::query(&statement).bind(tenant).bind(&whole).fetch_all(&self.pool).await? {
+                let version = u64::try_from(row.try_get::<i64, _>("row_version")?).unwrap_or(0);
+                loaded.push((version, row_to_record(&row)?));
+            }
+        }
+        let fill: Vec<(Uuid, (u64, Arc<MemoryRecord>))> =
+            loaded.iter().map(|(version, record)| (record.id, (*version, Arc::new(record.clone())))).collect();
+        self.records.fill(&fill, generation);
+        records.extend(loaded.into_iter().map(|(_, record)| record));
+        Ok(records)
+    }
+
     /// The rows of `best` (candidates of one tenant, best first) with their scores; a row deleted
     /// since the index saw it is left out.
     async fn with_rows(&self, tenant: &str, best: Vec<Candidate>) -> Result<Vec<ScoredRecord>> {
