@@ -39,7 +39,7 @@ const XMIN: &str = "pg_snapshot_xmin(pg_current_snapshot())::text::int8";
 pub(super) struct PgSource {
     pool: PgPool,
     pruned: Mutex<Option<Instant>>,
-    /// A prune is running (the next waits for it to end).
+    /// A prune is running (none other starts meanwhile).
     pruning: Arc<AtomicBool>,
 }
 
