@@ -138,8 +138,7 @@ impl IndexSource for PgSource {
 
     /// In one repeatable-read transaction, whose first statement takes the snapshot.
     async fn load_scope(&self, query: &ScopedQuery) -> Result<(u64, Vec<Loaded>, ScopeEntities)> {
-        let mut transaction = self.pool.begin().await?;
-        sqlx::query("set transaction isolation level repeatable read, read only").execute(&mut *transaction).await?;
+        let mut transaction = read_snapshot(&self.pool).await?;
         let as_of: i64 = sqlx::query_scalar(&format!("select {XMIN}")).fetch_one(&mut *transaction).await?;
         let (sql, binds) = where_clause(Pg, &query.scope_only(), 1).into_parts();
         let statement = format!("select {LOADED_COLUMNS} from memories where {sql}");
@@ -151,12 +150,7 @@ impl IndexSource for PgSource {
             "select l.memory_id, l.entity_id from memory_entity_links l \
              where l.memory_id in (select id from memories where {sql})"
         );
-        let links = bind_all(sqlx::query(&statement), &binds)
-            .fetch_all(&mut *transaction)
-            .await?
-            .iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get::<Uuid, _>(1)?.to_string())))
-            .collect::<Result<Vec<(Uuid, String)>>>()?;
+        let links = link_pairs(&bind_all(sqlx::query(&statement), &binds).fetch_all(&mut *transaction).await?)?;
         let entities = scope_entities(&mut transaction, query).await?;
         transaction.commit().await?;
         attach_links(&mut rows, links);
@@ -164,8 +158,7 @@ impl IndexSource for PgSource {
     }
 
     async fn load_ids(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<(Vec<Loaded>, ScopeEntities)> {
-        let mut transaction = self.pool.begin().await?;
-        sqlx::query("set transaction isolation level repeatable read, read only").execute(&mut *transaction).await?;
+        let mut transaction = read_snapshot(&self.pool).await?;
         let statement = format!("select {LOADED_COLUMNS} from memories where tenant = $1 and id = any($2)");
         let mut rows = Vec::new();
         for row in sqlx::query(&statement).bind(&query.tenant).bind(ids).fetch_all(&mut *transaction).await? {
@@ -174,18 +167,29 @@ impl IndexSource for PgSource {
                 rows.push(row);
             }
         }
-        let links = sqlx::query("select memory_id, entity_id from memory_entity_links where memory_id = any($1)")
-            .bind(ids)
-            .fetch_all(&mut *transaction)
-            .await?
-            .iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get::<Uuid, _>(1)?.to_string())))
-            .collect::<Result<Vec<(Uuid, String)>>>()?;
+        let links = link_pairs(
+            &sqlx::query("select memory_id, entity_id from memory_entity_links where memory_id = any($1)")
+                .bind(ids)
+                .fetch_all(&mut *transaction)
+                .await?,
+        )?;
         let entities = scope_entities(&mut transaction, query).await?;
         transaction.commit().await?;
         attach_links(&mut rows, links);
         Ok((rows, entities))
     }
+}
+
+/// A read-only transaction whose statements all see one snapshot (taken by the first).
+async fn read_snapshot(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+    let mut transaction = pool.begin().await?;
+    sqlx::query("set transaction isolation level repeatable read, read only").execute(&mut *transaction).await?;
+    Ok(transaction)
+}
+
+/// (memory id, entity id) pairs of `memory_entity_links` rows.
+fn link_pairs(rows: &[sqlx::postgres::PgRow]) -> Result<Vec<(Uuid, String)>> {
+    rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get::<Uuid, _>(1)?.to_string()))).collect()
 }
 
 /// The entity rows under the query's scope ids (every row whose ids include them).
