@@ -70,7 +70,7 @@ fn memory(tenant: &str, user: &str, index: usize, embedding: Vec<f32>) -> Memory
         linked_memory_ids: Vec::new(),
         entities: Vec::new(),
         text_lemmatized: String::new(),
-        embedding,
+        embedding: embedding.into(),
         provenance: Provenance::default(),
         state: StateInfo::default(),
     }
@@ -154,6 +154,7 @@ async fn bench_store(n: usize) {
         show_expired: false,
         include_superseded: false,
         today: NaiveDate::from_ymd_opt(2026, 1, 1).expect("date"),
+        fresh_since: None,
     };
     let mut timings = Vec::new();
     for _ in 0..50 {

@@ -96,7 +96,7 @@ fn dataset(n: usize) -> Dataset {
                         linked_memory_ids: Vec::new(),
                         entities: Vec::new(),
                         text_lemmatized: String::new(),
-                        embedding: clustered(&mut rng, &centres, 0.08),
+                        embedding: clustered(&mut rng, &centres, 0.08).into(),
                         provenance: Provenance::default(),
                         state: StateInfo::default(),
                     }
@@ -135,6 +135,7 @@ async fn measure(name: &str, store: &dyn VectorStore, data: &Dataset) {
             show_expired: false,
             include_superseded: false,
             today: NaiveDate::from_ymd_opt(2026, 1, 1).expect("date"),
+            fresh_since: None,
         };
         let mut timings = Vec::with_capacity(data.queries.len());
         let mut recall_sum = 0.0;

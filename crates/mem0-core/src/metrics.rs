@@ -294,6 +294,10 @@ impl MemoryRows for ObservedStore {
         self.timed("get_many", self.inner.get_many(tenant, ids)).await
     }
 
+    async fn get_candidates(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
+        self.timed("get_many", self.inner.get_candidates(query, ids)).await
+    }
+
     async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page> {
         self.timed("list", self.inner.list(query, after, page_size)).await
     }

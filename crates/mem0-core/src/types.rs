@@ -212,7 +212,7 @@ pub struct MemoryRecord {
     /// `memory` analysed for keyword search ([`crate::analysis::lemmatize`]): terms joined by spaces.
     pub text_lemmatized: String,
     /// Unit-length embedding of `memory`.
-    pub embedding: Vec<f32>,
+    pub embedding: std::sync::Arc<[f32]>,
     /// Where it came from.
     pub provenance: Provenance,
     /// Its state key and whether it is current.
@@ -242,7 +242,7 @@ impl MemoryRecord {
             memory_type: None,
             linked_memory_ids: Vec::new(),
             entities: Vec::new(),
-            embedding,
+            embedding: embedding.into(),
             provenance: Provenance::default(),
             state: StateInfo::default(),
         }
@@ -513,7 +513,7 @@ mod tests {
             linked_memory_ids: Vec::new(),
             entities: Vec::new(),
             text_lemmatized: String::new(),
-            embedding: vec![],
+            embedding: std::sync::Arc::from([]),
             provenance: Provenance::default(),
             state: StateInfo::default(),
         };

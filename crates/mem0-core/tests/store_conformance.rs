@@ -6,6 +6,7 @@
 //! (HNSW path, bulk import, concurrent writers, cancelled operations).
 
 use std::collections::HashSet;
+use std::time::Instant;
 
 use chrono::{Datelike, Duration, NaiveDate, TimeZone, Utc};
 use mem0_core::decay::MemoryRead;
@@ -52,7 +53,7 @@ fn record(tenant: &str, user: &str, text: &str, embedding: Vec<f32>, metadata: V
         linked_memory_ids: Vec::new(),
         entities: Vec::new(),
         text_lemmatized: String::new(),
-        embedding,
+        embedding: embedding.into(),
         provenance: Provenance {
             source_type: SourceType::UserStated,
             source_actor: Some(user.to_owned()),
@@ -119,6 +120,7 @@ fn query(tenant: &str, user: &str, filter: Option<Value>) -> ScopedQuery {
         show_expired: false,
         include_superseded: false,
         today: NaiveDate::from_ymd_opt(2026, 6, 1).expect("date"),
+        fresh_since: None,
     }
 }
 
@@ -145,7 +147,7 @@ async fn check_tenancy_and_crud(store: &dyn VectorStore) {
     let mut changed = mine.clone();
     changed.memory = "changed".into();
     changed.hash = memory_hash("changed");
-    changed.embedding = unit([0.0, 1.0, 0.0, 0.0]);
+    changed.embedding = unit([0.0, 1.0, 0.0, 0.0]).into();
     assert!(update(store, &changed).await.expect("update"));
     assert_eq!(store.get("t1", mine.id).await.expect("get").map(|r| r.memory), Some("changed".into()));
     assert_eq!(store.get_many("t1", &[mine.id]).await.expect("get_many"), vec![changed.clone()], "not a cached row");
@@ -880,7 +882,7 @@ async fn check_writes_are_all_or_nothing(store: &dyn VectorStore) {
     let mut changed = kept.clone();
     changed.memory = "changed".to_owned();
     changed.text_lemmatized = "chang".to_owned();
-    changed.embedding = unit([0.0, 0.0, 0.0, 1.0]);
+    changed.embedding = unit([0.0, 0.0, 0.0, 1.0]).into();
     changed.metadata = Metadata::from_iter([("n".to_owned(), json!(2))]);
     // Searched once, so the embedded store caches the vector the write changes.
     store.search(&query("t", "u", None), &v, 10, 0.0).await.expect("warm the cache");
@@ -1536,7 +1538,13 @@ async fn pgvector_index_answers_as_sql_through_random_writes_of_several_servers(
         if step % 20 == 19 || step == 331 {
             for query in index_queries() {
                 let want = retrieved_at(&plain, &query, 1e4).await;
-                for got in [retrieved_at(&indexed, &query, 1e4).await, retrieved_at(&small, &query, 1e4).await] {
+                // As one search asks: its calls may share what the first one's look learned.
+                let searching = ScopedQuery { fresh_since: Some(Instant::now()), ..query.clone() };
+                for got in [
+                    retrieved_at(&indexed, &query, 1e4).await,
+                    retrieved_at(&small, &query, 1e4).await,
+                    retrieved_at(&indexed, &searching, 1e4).await,
+                ] {
                     for (want, got) in want.iter().zip(&got) {
                         assert_eq!(got, want, "step {step}, query {query:?}");
                     }
@@ -1555,6 +1563,10 @@ async fn pgvector_index_answers_as_sql_through_random_writes_of_several_servers(
                 assert_eq!(want.len(), ids.len());
                 for server in servers {
                     assert!(sorted(server.get_many(tenant, &ids).await.expect("rows")) == want, "step {step}");
+                    // Candidates of a search (its scope's index answers for the ids it holds).
+                    let searching = ScopedQuery { fresh_since: Some(Instant::now()), ..query(tenant, "u1", None) };
+                    let found = sorted(server.get_candidates(&searching, &ids).await.expect("candidates"));
+                    assert!(found == want, "step {step}");
                 }
             }
             fresh.pool().close().await;
@@ -1588,16 +1600,20 @@ async fn pgvector_index_misses_no_write_made_during_searches() {
             for _ in 0..100 {
                 let write = random_write(&mut dice, &mut live);
                 store.apply(&write).await.expect("write");
-                // A memory just inserted, on either server, is found by the indexed one at once.
+                // A memory just inserted, on either server, is found by the indexed one at once
+                // (by a search that began after the insert, sharing looks as searches do).
                 if let Some(memory) = write.insert.first() {
                     let shown = ScopedQuery {
                         scope: memory.scope.clone(),
                         show_expired: true,
                         include_superseded: true,
+                        fresh_since: Some(Instant::now()),
                         ..query(&memory.tenant, "u1", None)
                     };
                     let hits = searcher.search(&shown, &memory.embedding, 10_000, 0.0).await.expect("search");
                     assert!(hits.iter().any(|hit| hit.record.id == memory.id), "a committed insert was missed");
+                    let rows = searcher.get_candidates(&shown, &[memory.id]).await.expect("candidates");
+                    assert!(rows.iter().any(|row| row.id == memory.id && row.memory == memory.memory));
                 }
             }
         }));

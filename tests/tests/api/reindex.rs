@@ -45,7 +45,7 @@ async fn old_rows_get_keyword_postings_and_entity_links() {
             linked_memory_ids: Vec::new(),
             entities: Vec::new(),
             text_lemmatized: String::new(),
-            embedding,
+            embedding: embedding.into(),
             provenance: Provenance::default(),
             state: StateInfo::default(),
         })

@@ -447,6 +447,7 @@ impl Memory {
             show_expired,
             today: Utc::now().date_naive(),
             include_superseded: false,
+            fresh_since: None,
         }
     }
 }

@@ -51,6 +51,8 @@ impl Memory {
         }
         let mut query = self.scoped_query(caller, request.scope.clone(), request.filter.clone(), request.show_expired);
         query.include_superseded = request.include_superseded;
+        // Every store call of this search may share one look at the store's state.
+        query.fresh_since = Some(std::time::Instant::now());
         let mut intent = request
             .temporal
             .then(|| temporal::parse(query_text, request.reference_time.unwrap_or_else(Utc::now)))
@@ -238,7 +240,7 @@ impl Memory {
                 let (bm25, top) = self.retriever.bm25(query, query_text, request.top_k).await?;
                 let ids: Vec<Uuid> = top.into_iter().map(|(id, _)| id).collect();
                 self.store
-                    .get_many(&query.tenant, &ids)
+                    .get_candidates(query, &ids)
                     .await?
                     .into_iter()
                     .map(|record| {

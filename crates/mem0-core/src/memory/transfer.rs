@@ -214,7 +214,7 @@ impl ExportedMemory {
             valid_to: state.valid_to,
             event_time: state.event_time,
             history,
-            embedding: with_embedding.then_some(embedding),
+            embedding: with_embedding.then(|| embedding.to_vec()),
         }
     }
 

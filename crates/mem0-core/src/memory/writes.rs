@@ -299,7 +299,8 @@ impl Memory {
             let embedded = crate::state::embedding_text(new_key.as_deref(), &text);
             let (mut vectors, name_vectors) =
                 self.embed_with_entities(std::slice::from_ref(&embedded), std::slice::from_ref(&names)).await?;
-            updated.embedding = vectors.pop().ok_or_else(|| Error::Internal("embedder returned no vector".into()))?;
+            updated.embedding =
+                vectors.pop().ok_or_else(|| Error::Internal("embedder returned no vector".into()))?.into();
             updated.hash = memory_hash(&text);
             updated.text_lemmatized = analysis::lemmatize(&text);
             updated.memory = text;
@@ -307,7 +308,7 @@ impl Memory {
             relink = Some(entity_links(std::slice::from_ref(&updated), &name_vectors, "proper"));
         } else if new_key != old.state.state_key {
             let embedded = crate::state::embedding_text(new_key.as_deref(), &old.memory);
-            updated.embedding = self.embedder.embed(&embedded).await?;
+            updated.embedding = self.embedder.embed(&embedded).await?.into();
         }
         if let Some(metadata) = metadata_update {
             updated.metadata.extend(metadata);

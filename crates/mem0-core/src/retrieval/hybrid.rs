@@ -86,6 +86,14 @@ impl Retriever {
         top_k: usize,
         query_vector: &mut Option<Vec<f32>>,
     ) -> Result<Vec<(MemoryRecord, ScoreExplanation)>> {
+        // The store calls below share what one look at the store's state learned.
+        let fresh;
+        let query = if query.fresh_since.is_some() {
+            query
+        } else {
+            fresh = ScopedQuery { fresh_since: Some(std::time::Instant::now()), ..query.clone() };
+            &fresh
+        };
         let pool = self.settings.candidates.max(top_k).min(MAX_CANDIDATES);
         // The query and the entities it names, embedded in one call.
         let mut names: Vec<String> = Vec::new();
@@ -152,7 +160,7 @@ impl Retriever {
             .collect::<HashSet<Uuid>>()
             .into_iter()
             .collect();
-        for record in self.store.get_many(&query.tenant, &missing).await? {
+        for record in self.store.get_candidates(query, &missing).await? {
             candidates.insert(record.id, (record, Vec::new()));
         }
         for (source, ids) in [("keyword", &keyword_ids), ("entity", &entity_ids)] {

@@ -135,6 +135,12 @@ impl Slot {
         }
         Ok(self.read().as_ref().map(work))
     }
+
+    /// The row version the index holds of each of `ids` (`None`: not in the scope's index).
+    pub(crate) fn versions_of(&self, ids: &[Uuid]) -> Vec<Option<u64>> {
+        let guard = self.read();
+        ids.iter().map(|id| guard.as_ref().and_then(|index| index.version_of(id))).collect()
+    }
 }
 
 impl<S: IndexSource> ScopeIndexes<S> {
@@ -196,22 +202,31 @@ impl<S: IndexSource> ScopeIndexes<S> {
         Ok(self.bring_up_to_date(query, &slot).await?.then_some(slot))
     }
 
+    /// The index of the query's scope when one is held, brought up to date as [`Self::fresh`]
+    /// would; `None` without I/O when none is held.
+    pub(crate) async fn fresh_if_held(&self, query: &ScopedQuery) -> Result<Option<Arc<Slot>>> {
+        let slot = self.slots().get(&(query.tenant.clone(), query.scope.clone())).map(Arc::clone);
+        let Some(slot) = slot.filter(|slot| slot.read().is_some()) else { return Ok(None) };
+        Ok(self.bring_up_to_date(query, &slot).await?.then_some(slot))
+    }
+
     /// Builds or patches `slot`'s index; false when the scope is too large to index.
     ///
-    /// Searches of a scope that overlap share one look at the feed: a look that began after a
-    /// search did saw every write committed before the search began.
+    /// Searches of a scope that overlap share one look at the feed, and so do the calls of one
+    /// search (`fresh_since`): a look that began after a search did saw every write committed
+    /// before the search began.
     async fn bring_up_to_date(&self, query: &ScopedQuery, slot: &Arc<Slot>) -> Result<bool> {
-        let began = Instant::now();
-        let current = |waited: bool| {
+        let began = query.fresh_since.unwrap_or_else(Instant::now);
+        let current = || {
             slot.read().as_ref().is_some_and(|index| {
-                self.source.unchanged_since(index.as_of) || waited && index.checked.is_some_and(|at| at >= began)
+                self.source.unchanged_since(index.as_of) || index.checked.is_some_and(|at| at >= began)
             })
         };
-        if current(false) {
+        if current() {
             return Ok(true);
         }
         let _loading = slot.loading.lock().await;
-        if current(true) {
+        if current() {
             return Ok(true);
         }
         let as_of = slot.read().as_ref().map(|index| index.as_of);
@@ -473,6 +488,11 @@ impl ScopeIndex {
         let entry = *self.position.get(id)? as usize;
         (self.flags[entry] & VECTOR != 0 && self.versions[entry] == version)
             .then(|| &self.vectors[entry * self.dimension..(entry + 1) * self.dimension])
+    }
+
+    /// The version held of live row `id`.
+    fn version_of(&self, id: &Uuid) -> Option<u64> {
+        self.position.get(id).map(|entry| self.versions[*entry as usize])
     }
 
     fn alive(&self, entry: usize) -> bool {
@@ -741,6 +761,7 @@ mod tests {
             show_expired: false,
             today: chrono::Utc::now().date_naive(),
             include_superseded: false,
+            fresh_since: None,
         };
         let best = index.dense(&query, &[1.0, 0.0], 5, 0.5, None);
         assert_eq!(best.iter().map(|candidate| candidate.id).collect::<Vec<_>>(), vec![ids[2999]]);

@@ -44,6 +44,10 @@ pub struct ScopedQuery {
     pub today: NaiveDate,
     /// Include memories that are `superseded` or `retired` (see [`crate::state`]).
     pub include_superseded: bool,
+    /// Every write committed before this instant must be seen, and a store may answer from what
+    /// it learned at any moment since: the calls of one search pass its start, so they share one
+    /// look at a change feed. `None`: every write committed before each call.
+    pub fresh_since: Option<std::time::Instant>,
 }
 
 impl ScopedQuery {
@@ -652,6 +656,11 @@ pub trait MemoryRows: Debug + Send + Sync + 'static {
 
     /// Returns the memories of `tenant` with the given ids (those that exist), in no given order.
     async fn get_many(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<MemoryRecord>>;
+
+    /// [`MemoryRows::get_many`] in the query's tenant, for `ids` a search of `query` found: as
+    /// fresh as `query.fresh_since` asks, so a store may answer from what that search's other
+    /// calls learned.
+    async fn get_candidates(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<Vec<MemoryRecord>>;
 
     /// Returns one page of memories matching `query`, newest first (ties by id, descending).
     async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page>;

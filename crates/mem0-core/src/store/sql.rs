@@ -406,6 +406,7 @@ mod tests {
             show_expired: false,
             today: NaiveDate::from_ymd_opt(2026, 1, 1).expect("date"),
             include_superseded: false,
+            fresh_since: None,
         }
     }
 

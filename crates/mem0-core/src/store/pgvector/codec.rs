@@ -117,7 +117,7 @@ pub(super) fn row_to_record_with(row: &PgRow, embedding: Option<Vec<f32>>) -> Re
         linked_memory_ids: row.try_get("linked_memory_ids")?,
         entities: row.try_get("entities")?,
         text_lemmatized: row.try_get("text_lemmatized")?,
-        embedding,
+        embedding: embedding.into(),
         provenance: provenance(
             row.try_get("source_type")?,
             row.try_get("source_actor")?,

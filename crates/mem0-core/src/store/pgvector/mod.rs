@@ -24,7 +24,7 @@ pub use self::import::ImportReport;
 use self::index_source::PgSource;
 use self::write::apply_in;
 use super::cache::Cache;
-use super::index::{Candidate, ScopeIndexes};
+use super::index::{Candidate, ScopeIndexes, Slot};
 use super::sql::{where_clause, Bind, Postgres as Pg};
 use super::AccessLog;
 use super::{cap_matched, EntityIndex, Journal, KeywordIndex, MemoryRows, VectorIndex};
@@ -306,6 +306,18 @@ impl MemoryRows for PgVectorStore {
         self.read_rows(tenant, &stale, records).await
     }
 
+    /// From the scope's index where one is held: rows at the versions it holds come from the row
+    /// cache without a round trip to learn their versions.
+    async fn get_candidates(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.indexes.fresh_if_held(query).await? {
+            Some(slot) => self.rows_as_indexed(&query.tenant, &slot, ids).await,
+            None => self.get_many(&query.tenant, ids).await,
+        }
+    }
+
     async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page> {
         let (mut sql, mut binds) = where_clause(Pg, query, 1).into_parts();
         if let Some(cursor) = after {
@@ -553,10 +565,13 @@ impl VectorIndex for PgVectorStore {
         if query.filter.is_none() {
             if let Some(slot) = self.indexes.fresh(query).await? {
                 let (owned_query, owned_vector) = (query.clone(), vector.to_vec());
-                let best =
-                    slot.run(move |index| index.dense(&owned_query, &owned_vector, limit, threshold, None)).await?;
+                let best = Arc::clone(&slot)
+                    .run(move |index| index.dense(&owned_query, &owned_vector, limit, threshold, None))
+                    .await?;
                 if let Some(best) = best {
-                    return self.with_rows(&query.tenant, best).await;
+                    let ids: Vec<Uuid> = best.iter().map(|candidate| candidate.id).collect();
+                    let records = self.rows_as_indexed(&query.tenant, &slot, &ids).await?;
+                    return Ok(scored(best, records));
                 }
             }
         }
@@ -607,21 +622,29 @@ impl PgVectorStore {
         Ok(records)
     }
 
-    /// The rows of `best` (candidates of one tenant, best first) with their scores; a row deleted
-    /// since the index saw it is left out.
-    async fn with_rows(&self, tenant: &str, best: Vec<Candidate>) -> Result<Vec<ScoredRecord>> {
-        if best.is_empty() {
-            return Ok(Vec::new());
+    /// The rows of `ids` as `slot`'s index (up to date for the caller) knows them: from the row
+    /// cache where it holds the version the index holds, else read (a newer version read is as
+    /// good); ids the index does not hold are read as [`MemoryRows::get_many`] does.
+    async fn rows_as_indexed(&self, tenant: &str, slot: &Slot, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
+        let versions = slot.versions_of(ids);
+        let (cached, _) = self.records.get_many(ids);
+        let cached: HashMap<Uuid, (u64, Arc<MemoryRecord>)> = cached.into_iter().collect();
+        let mut records = Vec::with_capacity(ids.len());
+        let (mut stale, mut unknown) = (Vec::new(), Vec::new());
+        for (id, version) in ids.iter().zip(versions) {
+            match (version, cached.get(id)) {
+                (Some(version), Some((held, record))) if *held == version => records.push(MemoryRecord::clone(record)),
+                (Some(_), _) => stale.push(*id),
+                (None, _) => unknown.push(*id),
+            }
         }
-        let ids: Vec<Uuid> = best.iter().map(|candidate| candidate.id).collect();
-        let mut by_id: HashMap<Uuid, MemoryRecord> =
-            self.get_many(tenant, &ids).await?.into_iter().map(|record| (record.id, record)).collect();
-        Ok(best
-            .into_iter()
-            .filter_map(|candidate| {
-                by_id.remove(&candidate.id).map(|record| ScoredRecord { record, score: candidate.score })
-            })
-            .collect())
+        if !stale.is_empty() {
+            records = self.read_rows(tenant, &stale, records).await?;
+        }
+        if !unknown.is_empty() {
+            records.extend(self.get_many(tenant, &unknown).await?);
+        }
+        Ok(records)
     }
 
     /// Dense search in the database: exact for small scopes, HNSW for large ones.
@@ -766,6 +789,17 @@ impl KeywordIndex for PgVectorStore {
 }
 
 /// Matched entity rows as parallel arrays for `unnest`: entity ids, probes.
+/// The candidates of `best` (best first) with their rows among `records` and their scores; one
+/// without a row (deleted since the index saw it) is left out.
+fn scored(best: Vec<Candidate>, records: Vec<MemoryRecord>) -> Vec<ScoredRecord> {
+    let mut by_id: HashMap<Uuid, MemoryRecord> = records.into_iter().map(|record| (record.id, record)).collect();
+    best.into_iter()
+        .filter_map(|candidate| {
+            by_id.remove(&candidate.id).map(|record| ScoredRecord { record, score: candidate.score })
+        })
+        .collect()
+}
+
 fn matched_arrays(matched: &[(String, Vec<usize>)]) -> Result<(Vec<Uuid>, Vec<i32>)> {
     let mut ids = Vec::new();
     let mut probes = Vec::new();

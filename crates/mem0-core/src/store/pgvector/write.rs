@@ -281,7 +281,7 @@ pub(super) async fn insert_rows(executor: &mut sqlx::PgConnection, records: &[Me
                 .bind(&record.entities)
                 .bind(&record.text_lemmatized)
                 .bind(i32::try_from(doc_len(&record.text_lemmatized)).unwrap_or(i32::MAX))
-                .bind(Vector::from(record.embedding.clone()));
+                .bind(Vector::from(record.embedding.to_vec()));
             query = bind_provenance_and_state(query, record);
         }
         query.execute(&mut *executor).await?;
@@ -303,7 +303,7 @@ pub(super) async fn update_one(executor: &mut sqlx::PgConnection, record: &Memor
     .bind(record.created_at)
     .bind(record.updated_at)
     .bind(record.expiration_date)
-    .bind(Vector::from(record.embedding.clone()))
+    .bind(Vector::from(record.embedding.to_vec()))
     .bind(&record.tenant)
     .bind(record.id)
     .bind(&record.text_lemmatized)

@@ -63,7 +63,7 @@ pub(super) fn row_to_record(row: &SqliteRow) -> Result<MemoryRecord> {
         entities: serde_json::from_str(&entities)
             .map_err(|error| Error::Internal(format!("stored entities of {id}: {error}")))?,
         text_lemmatized,
-        embedding: decode_embedding(&embedding),
+        embedding: decode_embedding(&embedding).into(),
         provenance: provenance(
             row.try_get("source_type")?,
             row.try_get("source_actor")?,

@@ -313,6 +313,11 @@ impl MemoryRows for SqliteStore {
         Ok(records)
     }
 
+    /// Rows by id: in-process reads, nothing to share between a search's calls.
+    async fn get_candidates(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
+        self.get_many(&query.tenant, ids).await
+    }
+
     async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page> {
         let (mut sql, mut binds) = where_clause(Sqlite, query, 1).into_parts();
         if let Some(cursor) = after {
