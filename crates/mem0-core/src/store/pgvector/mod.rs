@@ -788,7 +788,6 @@ impl KeywordIndex for PgVectorStore {
     }
 }
 
-/// Matched entity rows as parallel arrays for `unnest`: entity ids, probes.
 /// The candidates of `best` (best first) with their rows among `records` and their scores; one
 /// without a row (deleted since the index saw it) is left out.
 fn scored(best: Vec<Candidate>, records: Vec<MemoryRecord>) -> Vec<ScoredRecord> {
@@ -800,6 +799,7 @@ fn scored(best: Vec<Candidate>, records: Vec<MemoryRecord>) -> Vec<ScoredRecord>
         .collect()
 }
 
+/// Matched entity rows as parallel arrays for `unnest`: entity ids, probes.
 fn matched_arrays(matched: &[(String, Vec<usize>)]) -> Result<(Vec<Uuid>, Vec<i32>)> {
     let mut ids = Vec::new();
     let mut probes = Vec::new();
