@@ -294,7 +294,7 @@ impl MemoryRows for ObservedStore {
         self.timed("get_many", self.inner.get_many(tenant, ids)).await
     }
 
-    async fn get_candidates(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
+    async fn get_candidates(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<Vec<Arc<MemoryRecord>>> {
         self.timed("get_many", self.inner.get_candidates(query, ids)).await
     }
 

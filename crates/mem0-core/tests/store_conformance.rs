@@ -332,7 +332,7 @@ async fn check_filters(store: &dyn VectorStore) {
             .await
             .expect("search")
             .into_iter()
-            .map(|hit| hit.record.memory)
+            .map(|hit| hit.record.memory.clone())
             .collect();
         found.sort();
         assert_eq!(found, expected, "search with {filter}");
@@ -371,8 +371,13 @@ async fn chain_view(store: &dyn VectorStore, v: &[f32], include_superseded: bool
     let mut texts: Vec<String> =
         store.list(&query, None, 100).await.expect("list").records.into_iter().map(|r| r.memory).collect();
     texts.sort();
-    let mut found: Vec<String> =
-        store.search(&query, v, 100, 0.0).await.expect("search").into_iter().map(|hit| hit.record.memory).collect();
+    let mut found: Vec<String> = store
+        .search(&query, v, 100, 0.0)
+        .await
+        .expect("search")
+        .into_iter()
+        .map(|hit| hit.record.memory.clone())
+        .collect();
     found.sort();
     assert_eq!(texts, found, "list and search agree");
     let terms = ["live".to_owned(), "boston".to_owned()];
@@ -1565,7 +1570,8 @@ async fn pgvector_index_answers_as_sql_through_random_writes_of_several_servers(
                     assert!(sorted(server.get_many(tenant, &ids).await.expect("rows")) == want, "step {step}");
                     // Candidates of a search (its scope's index answers for the ids it holds).
                     let searching = ScopedQuery { fresh_since: Some(Instant::now()), ..query(tenant, "u1", None) };
-                    let found = sorted(server.get_candidates(&searching, &ids).await.expect("candidates"));
+                    let found = server.get_candidates(&searching, &ids).await.expect("candidates");
+                    let found = sorted(found.into_iter().map(std::sync::Arc::unwrap_or_clone).collect());
                     assert!(found == want, "step {step}");
                 }
             }

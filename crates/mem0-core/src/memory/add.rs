@@ -328,7 +328,7 @@ impl Memory {
             .search(&scope_query, &query_vector, self.extraction.existing_memories, 0.0)
             .await?
             .into_iter()
-            .map(|scored| scored.record)
+            .map(|scored| std::sync::Arc::unwrap_or_clone(scored.record))
             .collect();
         Ok((earlier, existing))
     }

@@ -1,5 +1,7 @@
 //! Searching memories: dense, keyword or hybrid retrieval, the threshold, and reranking.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use tracing::{instrument, warn, Instrument as _};
 use uuid::Uuid;
@@ -171,27 +173,41 @@ impl Memory {
                 }
             }
         }
-        let mut results: Vec<MemoryItem> = scored
+        let mut ranked: Vec<(Arc<MemoryRecord>, ScoreExplanation, Option<f32>)> = scored
             .into_iter()
             .enumerate()
-            .map(|(index, (record, explanation))| MemoryItem {
-                score: Some(explanation.score()),
-                rerank_score: rerank_scores.as_ref().and_then(|scores| scores.get(index).copied()),
-                explain: request.explain.then_some(explanation),
-                ..MemoryItem::from(record)
+            .map(|(index, (record, explanation))| {
+                (record, explanation, rerank_scores.as_ref().and_then(|scores| scores.get(index).copied()))
             })
             .collect();
         if rerank_scores.is_some() {
             // Stable: equal rerank scores keep the fused order.
-            results.sort_by(|a, b| b.rerank_score.unwrap_or(0.0).total_cmp(&a.rerank_score.unwrap_or(0.0)));
+            ranked.sort_by(|a, b| b.2.unwrap_or(0.0).total_cmp(&a.2.unwrap_or(0.0)));
         }
         // Values of one key that the resolver could not order by time: the more trusted first.
-        state::order_conflicts(&mut results, |item| {
-            let key = item.state_key.as_ref().filter(|_| item.status == MemoryStatus::Conflict)?;
-            let scope = [&item.user_id, &item.agent_id, &item.run_id].map(|id| id.as_deref().unwrap_or_default());
-            Some((format!("{}\u{1f}{key}", scope.join("\u{1f}")), item.confidence, item.source_type, item.id))
+        state::order_conflicts(&mut ranked, |(record, ..)| {
+            let key = record.state.state_key.as_ref().filter(|_| record.state.status == MemoryStatus::Conflict)?;
+            let ids = [&record.scope.user_id, &record.scope.agent_id, &record.scope.run_id];
+            let scope = ids.map(|id| id.as_deref().unwrap_or_default());
+            let provenance = &record.provenance;
+            Some((
+                format!("{}\u{1f}{key}", scope.join("\u{1f}")),
+                provenance.confidence,
+                provenance.source_type,
+                record.id,
+            ))
         });
-        results.truncate(request.top_k);
+        // Only what is returned is copied out of the rows the store shares with its cache.
+        ranked.truncate(request.top_k);
+        let results: Vec<MemoryItem> = ranked
+            .into_iter()
+            .map(|(record, explanation, rerank_score)| MemoryItem {
+                score: Some(explanation.score()),
+                rerank_score,
+                explain: request.explain.then_some(explanation),
+                ..MemoryItem::from(Arc::unwrap_or_clone(record))
+            })
+            .collect();
         self.audit(caller, AuditAction::SearchHit, results.iter().map(|item| item.id));
         self.note_reads(caller, results.iter().map(|item| item.id));
         Ok(SearchOutcome { results, warnings, temporal: intent })
@@ -220,7 +236,7 @@ impl Memory {
         query_text: &str,
         request: &SearchRequest,
         vector: &mut Option<Vec<f32>>,
-    ) -> Result<Vec<(MemoryRecord, ScoreExplanation)>> {
+    ) -> Result<Vec<(Arc<MemoryRecord>, ScoreExplanation)>> {
         Ok(match request.mode {
             SearchMode::Dense => {
                 if vector.is_none() {
@@ -291,7 +307,7 @@ fn keyed_in(from: DateTime<Utc>, to: DateTime<Utc>) -> Filter {
 
 /// Re-weighs fused scores by age among the candidates: the newest (or, for `Oldest`, the oldest)
 /// ×1.1, the other end ×0.9, linear between; recorded as the explanation's `time_factor`.
-fn prefer_by_age(scored: &mut [(MemoryRecord, ScoreExplanation)], preference: TimePreference) {
+fn prefer_by_age(scored: &mut [(Arc<MemoryRecord>, ScoreExplanation)], preference: TimePreference) {
     let times: Vec<i64> = scored.iter().map(|(record, _)| record.effective_time().timestamp_micros()).collect();
     let (Some(oldest), Some(newest)) = (times.iter().min(), times.iter().max()) else { return };
     let span = (newest - oldest) as f64;

@@ -71,7 +71,8 @@ impl Retriever {
         Ok((Bm25::new(&found.stats, &terms), found.top))
     }
 
-    /// Candidates from the dense, keyword and entity retrievers, each scored on every signal.
+    /// Candidates from the dense, keyword and entity retrievers, each scored on every signal
+    /// (their rows shared with the store's row cache).
     ///
     /// The stores return only their best candidates (at most `candidates` each, with the
     /// statistics to score any memory); every candidate is then scored here on all three
@@ -85,7 +86,7 @@ impl Retriever {
         text: &str,
         top_k: usize,
         query_vector: &mut Option<Vec<f32>>,
-    ) -> Result<Vec<(MemoryRecord, ScoreExplanation)>> {
+    ) -> Result<Vec<(Arc<MemoryRecord>, ScoreExplanation)>> {
         // The store calls below share what one look at the store's state learned.
         let fresh;
         let query = if query.fresh_since.is_some() {
@@ -144,7 +145,7 @@ impl Retriever {
             self.store.entity_candidates(query, &probes, self.settings.entity_match_threshold, pool)
         )?;
 
-        let mut candidates: HashMap<Uuid, (MemoryRecord, Vec<String>)> = HashMap::new();
+        let mut candidates: HashMap<Uuid, (Arc<MemoryRecord>, Vec<String>)> = HashMap::new();
         for hit in dense {
             candidates.insert(hit.record.id, (hit.record, vec!["dense".to_owned()]));
         }
@@ -180,7 +181,7 @@ impl Retriever {
         }
         let entity = EntityScores::new(EntityScores::weights(&entity_found.linked, bm25.doc_count), &entity_hits);
         let weights = self.settings.normalised_weights();
-        let asked_key = self.key_intent(&vector, candidates.values().map(|(record, _)| record)).await?;
+        let asked_key = self.key_intent(&vector, candidates.values().map(|(record, _)| &**record)).await?;
         Ok(candidates
             .into_values()
             .map(|(record, sources)| {

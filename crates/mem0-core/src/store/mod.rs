@@ -231,8 +231,8 @@ impl Page {
 /// A memory with its similarity to the query.
 #[derive(Debug, Clone)]
 pub struct ScoredRecord {
-    /// The memory.
-    pub record: MemoryRecord,
+    /// The memory (shared with the store's row cache: copy out only what is returned).
+    pub record: std::sync::Arc<MemoryRecord>,
     /// Cosine similarity clipped to [0, 1].
     pub score: f32,
 }
@@ -660,7 +660,8 @@ pub trait MemoryRows: Debug + Send + Sync + 'static {
     /// [`MemoryRows::get_many`] in the query's tenant, for `ids` a search of `query` found: as
     /// fresh as `query.fresh_since` asks, so a store may answer from what that search's other
     /// calls learned.
-    async fn get_candidates(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<Vec<MemoryRecord>>;
+    /// The rows are shared with the store's row cache.
+    async fn get_candidates(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<Vec<std::sync::Arc<MemoryRecord>>>;
 
     /// Returns one page of memories matching `query`, newest first (ties by id, descending).
     async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page>;

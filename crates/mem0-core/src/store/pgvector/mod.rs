@@ -265,10 +265,7 @@ impl MemoryRows for PgVectorStore {
         row.as_ref().map(row_to_record).transpose()
     }
 
-    /// Rows come from the row cache where it holds their current version (the tuple's `xmin`,
-    /// read first in one small statement); the others are read and cached, their embeddings
-    /// from the scope indexes where those hold that version (384 floats a row are most of what
-    /// a row costs to send and decode), else read whole.
+    /// One statement when the row cache and the indexes are off; else as [`Self::shared_many`].
     async fn get_many(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
         if ids.is_empty() {
             return Ok(Vec::new());
@@ -278,43 +275,18 @@ impl MemoryRows for PgVectorStore {
             let rows = sqlx::query(&statement).bind(tenant).bind(ids).fetch_all(&self.pool).await?;
             return rows.iter().map(row_to_record).collect();
         }
-        if !self.records.enabled() {
-            return self.read_rows(tenant, ids, Vec::new()).await;
-        }
-        let versions: Vec<(Uuid, i64)> =
-            sqlx::query_as("select id, xmin::text::int8 from memories where tenant = $1 and id = any($2)")
-                .bind(tenant)
-                .bind(ids)
-                .fetch_all(&self.pool)
-                .await?;
-        let current: Vec<Uuid> = versions.iter().map(|(id, _)| *id).collect();
-        let (cached, _) = self.records.get_many(&current);
-        let cached: HashMap<Uuid, (u64, Arc<MemoryRecord>)> = cached.into_iter().collect();
-        let mut records = Vec::with_capacity(versions.len());
-        let mut stale = Vec::new();
-        for (id, version) in &versions {
-            match cached.get(id) {
-                Some((held, record)) if i64::try_from(*held).ok() == Some(*version) => {
-                    records.push(MemoryRecord::clone(record));
-                }
-                _ => stale.push(*id),
-            }
-        }
-        if stale.is_empty() {
-            return Ok(records);
-        }
-        self.read_rows(tenant, &stale, records).await
+        Ok(self.shared_many(tenant, ids).await?.into_iter().map(Arc::unwrap_or_clone).collect())
     }
 
     /// From the scope's index where one is held: rows at the versions it holds come from the row
     /// cache without a round trip to learn their versions.
-    async fn get_candidates(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
+    async fn get_candidates(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<Vec<Arc<MemoryRecord>>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         match self.indexes.fresh_if_held(query).await? {
             Some(slot) => self.rows_as_indexed(&query.tenant, &slot, ids).await,
-            None => self.get_many(&query.tenant, ids).await,
+            None => self.shared_many(&query.tenant, ids).await,
         }
     }
 
@@ -580,9 +552,50 @@ impl VectorIndex for PgVectorStore {
 }
 
 impl PgVectorStore {
+    /// The rows of `ids` in `tenant`, shared with the row cache: from the cache where it holds
+    /// their current version (the tuple's `xmin`, read first in one small statement); the others
+    /// are read and cached, their embeddings from the scope indexes where those hold that version
+    /// (384 floats a row are most of what a row costs to send and decode), else read whole.
+    async fn shared_many(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<Arc<MemoryRecord>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !self.records.enabled() {
+            return self.read_rows(tenant, ids, Vec::new()).await;
+        }
+        let versions: Vec<(Uuid, i64)> =
+            sqlx::query_as("select id, xmin::text::int8 from memories where tenant = $1 and id = any($2)")
+                .bind(tenant)
+                .bind(ids)
+                .fetch_all(&self.pool)
+                .await?;
+        let current: Vec<Uuid> = versions.iter().map(|(id, _)| *id).collect();
+        let (cached, _) = self.records.get_many(&current);
+        let cached: HashMap<Uuid, (u64, Arc<MemoryRecord>)> = cached.into_iter().collect();
+        let mut records = Vec::with_capacity(versions.len());
+        let mut stale = Vec::new();
+        for (id, version) in &versions {
+            match cached.get(id) {
+                Some((held, record)) if i64::try_from(*held).ok() == Some(*version) => {
+                    records.push(Arc::clone(record));
+                }
+                _ => stale.push(*id),
+            }
+        }
+        if stale.is_empty() {
+            return Ok(records);
+        }
+        self.read_rows(tenant, &stale, records).await
+    }
+
     /// Rows of `ids` (appended to `records`) read with their version and cached: embeddings from
     /// the scope indexes where they hold that version, else the rows read whole.
-    async fn read_rows(&self, tenant: &str, ids: &[Uuid], mut records: Vec<MemoryRecord>) -> Result<Vec<MemoryRecord>> {
+    async fn read_rows(
+        &self,
+        tenant: &str,
+        ids: &[Uuid],
+        mut records: Vec<Arc<MemoryRecord>>,
+    ) -> Result<Vec<Arc<MemoryRecord>>> {
         let generation = self.records.generation();
         let mut loaded = Vec::with_capacity(ids.len());
         let mut whole = Vec::new();
@@ -599,7 +612,7 @@ impl PgVectorStore {
             let mut vectors = self.indexes.vectors_of(tenant, &read);
             for (row, (id, version)) in rows.iter().zip(&read) {
                 match vectors.remove(id) {
-                    Some(embedding) => loaded.push((*version, row_to_record_with(row, Some(embedding))?)),
+                    Some(embedding) => loaded.push((*version, Arc::new(row_to_record_with(row, Some(embedding))?))),
                     None => whole.push(*id),
                 }
             }
@@ -612,11 +625,11 @@ impl PgVectorStore {
             );
             for row in sqlx::query(&statement).bind(tenant).bind(&whole).fetch_all(&self.pool).await? {
                 let version = u64::try_from(row.try_get::<i64, _>("row_version")?).unwrap_or(0);
-                loaded.push((version, row_to_record(&row)?));
+                loaded.push((version, Arc::new(row_to_record(&row)?)));
             }
         }
         let fill: Vec<(Uuid, (u64, Arc<MemoryRecord>))> =
-            loaded.iter().map(|(version, record)| (record.id, (*version, Arc::new(record.clone())))).collect();
+            loaded.iter().map(|(version, record)| (record.id, (*version, Arc::clone(record)))).collect();
         self.records.fill(&fill, generation);
         records.extend(loaded.into_iter().map(|(_, record)| record));
         Ok(records)
@@ -624,8 +637,8 @@ impl PgVectorStore {
 
     /// The rows of `ids` as `slot`'s index (up to date for the caller) knows them: from the row
     /// cache where it holds the version the index holds, else read (a newer version read is as
-    /// good); ids the index does not hold are read as [`MemoryRows::get_many`] does.
-    async fn rows_as_indexed(&self, tenant: &str, slot: &Slot, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
+    /// good); ids the index does not hold are read as [`Self::shared_many`] does.
+    async fn rows_as_indexed(&self, tenant: &str, slot: &Slot, ids: &[Uuid]) -> Result<Vec<Arc<MemoryRecord>>> {
         let versions = slot.versions_of(ids);
         let (cached, _) = self.records.get_many(ids);
         let cached: HashMap<Uuid, (u64, Arc<MemoryRecord>)> = cached.into_iter().collect();
@@ -633,7 +646,7 @@ impl PgVectorStore {
         let (mut stale, mut unknown) = (Vec::new(), Vec::new());
         for (id, version) in ids.iter().zip(versions) {
             match (version, cached.get(id)) {
-                (Some(version), Some((held, record))) if *held == version => records.push(MemoryRecord::clone(record)),
+                (Some(version), Some((held, record))) if *held == version => records.push(Arc::clone(record)),
                 (Some(_), _) => stale.push(*id),
                 (None, _) => unknown.push(*id),
             }
@@ -642,7 +655,7 @@ impl PgVectorStore {
             records = self.read_rows(tenant, &stale, records).await?;
         }
         if !unknown.is_empty() {
-            records.extend(self.get_many(tenant, &unknown).await?);
+            records.extend(self.shared_many(tenant, &unknown).await?);
         }
         Ok(records)
     }
@@ -693,7 +706,10 @@ impl PgVectorStore {
             .iter()
             .map(|row| {
                 let distance: f64 = row.try_get("distance")?;
-                Ok(ScoredRecord { record: row_to_record(row)?, score: (1.0 - distance).clamp(0.0, 1.0) as f32 })
+                Ok(ScoredRecord {
+                    record: Arc::new(row_to_record(row)?),
+                    score: (1.0 - distance).clamp(0.0, 1.0) as f32,
+                })
             })
             .collect::<Result<Vec<_>>>()?;
         // Relaxed iterative scans may return rows slightly out of order.
@@ -790,8 +806,8 @@ impl KeywordIndex for PgVectorStore {
 
 /// The candidates of `best` (best first) with their rows among `records` and their scores; one
 /// without a row (deleted since the index saw it) is left out.
-fn scored(best: Vec<Candidate>, records: Vec<MemoryRecord>) -> Vec<ScoredRecord> {
-    let mut by_id: HashMap<Uuid, MemoryRecord> = records.into_iter().map(|record| (record.id, record)).collect();
+fn scored(best: Vec<Candidate>, records: Vec<Arc<MemoryRecord>>) -> Vec<ScoredRecord> {
+    let mut by_id: HashMap<Uuid, Arc<MemoryRecord>> = records.into_iter().map(|record| (record.id, record)).collect();
     best.into_iter()
         .filter_map(|candidate| {
             by_id.remove(&candidate.id).map(|record| ScoredRecord { record, score: candidate.score })

@@ -288,34 +288,12 @@ impl MemoryRows for SqliteStore {
     /// From the row cache where there (rows of another tenant are left out as if missing), the
     /// rest from the database, then cached.
     async fn get_many(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
-        let generation = self.records.generation();
-        let (found, missing) = self.records.get_many(ids);
-        let mut records: Vec<MemoryRecord> = found
-            .into_iter()
-            .filter(|(_, record)| record.tenant == tenant)
-            .map(|(_, record)| MemoryRecord::clone(&record))
-            .collect();
-        for chunk in missing.chunks(FETCH_CHUNK) {
-            let placeholders = vec!["?"; chunk.len()].join(", ");
-            let statement = format!("select {COLUMNS} from memories where +tenant = ? and id in ({placeholders})");
-            let mut fetch = sqlx::query(&statement).bind(tenant);
-            for id in chunk {
-                fetch = fetch.bind(id.to_string());
-            }
-            let mut loaded = Vec::new();
-            for row in fetch.fetch_all(&self.pool).await? {
-                let record = row_to_record(&row)?;
-                loaded.push((record.id, Arc::new(record.clone())));
-                records.push(record);
-            }
-            self.records.fill(&loaded, generation);
-        }
-        Ok(records)
+        Ok(self.shared_many(tenant, ids).await?.into_iter().map(Arc::unwrap_or_clone).collect())
     }
 
     /// Rows by id: in-process reads, nothing to share between a search's calls.
-    async fn get_candidates(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<Vec<MemoryRecord>> {
-        self.get_many(&query.tenant, ids).await
+    async fn get_candidates(&self, query: &ScopedQuery, ids: &[Uuid]) -> Result<Vec<Arc<MemoryRecord>>> {
+        self.shared_many(&query.tenant, ids).await
     }
 
     async fn list(&self, query: &ScopedQuery, after: Option<Cursor>, page_size: usize) -> Result<Page> {
@@ -608,8 +586,8 @@ impl VectorIndex for SqliteStore {
             return Ok(Vec::new());
         }
         let ids: Vec<Uuid> = best.iter().map(|candidate| candidate.id).collect();
-        let mut by_id: HashMap<Uuid, MemoryRecord> =
-            self.get_many(&query.tenant, &ids).await?.into_iter().map(|record| (record.id, record)).collect();
+        let mut by_id: HashMap<Uuid, Arc<MemoryRecord>> =
+            self.shared_many(&query.tenant, &ids).await?.into_iter().map(|record| (record.id, record)).collect();
         // A row deleted between the two reads is simply left out.
         Ok(best
             .into_iter()
@@ -621,6 +599,30 @@ impl VectorIndex for SqliteStore {
 }
 
 impl SqliteStore {
+    /// The memories of `tenant` with the given ids (those that exist), shared with the row cache.
+    async fn shared_many(&self, tenant: &str, ids: &[Uuid]) -> Result<Vec<Arc<MemoryRecord>>> {
+        let generation = self.records.generation();
+        let (found, missing) = self.records.get_many(ids);
+        let mut records: Vec<Arc<MemoryRecord>> =
+            found.into_iter().filter(|(_, record)| record.tenant == tenant).map(|(_, record)| record).collect();
+        for chunk in missing.chunks(FETCH_CHUNK) {
+            let placeholders = vec!["?"; chunk.len()].join(", ");
+            let statement = format!("select {COLUMNS} from memories where +tenant = ? and id in ({placeholders})");
+            let mut fetch = sqlx::query(&statement).bind(tenant);
+            for id in chunk {
+                fetch = fetch.bind(id.to_string());
+            }
+            let mut loaded = Vec::new();
+            for row in fetch.fetch_all(&self.pool).await? {
+                let record = Arc::new(row_to_record(&row)?);
+                loaded.push((record.id, Arc::clone(&record)));
+                records.push(record);
+            }
+            self.records.fill(&loaded, generation);
+        }
+        Ok(records)
+    }
+
     /// The ids of the memories the query shows (its filter included).
     async fn visible_ids(&self, query: &ScopedQuery) -> Result<Vec<Uuid>> {
         let (sql, binds) = where_clause(Sqlite, query, 1).into_parts();
