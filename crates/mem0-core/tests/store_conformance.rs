@@ -1496,7 +1496,17 @@ async fn pgvector_change_feed_pruning_waits_for_open_transactions() {
         .execute(store.pool())
         .await
         .expect("age the feed");
-    assert_eq!(store.prune_change_feed().await.expect("prune"), 1, "only the change from before the open one");
+    // Tests running beside this one on the same cluster may hold its xmin back for a moment.
+    let mut pruned = 0;
+    for _ in 0..100 {
+        pruned += store.prune_change_feed().await.expect("prune");
+        if pruned > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(pruned, 1, "only the change from before the open one");
+    assert_eq!(store.prune_change_feed().await.expect("prune"), 0, "not the open one's");
     assert!(horizon(&store).await <= open_xid, "the horizon stays at or below the open transaction");
     // An index built now is positioned at the open transaction and stays usable.
     let found = store.search(&query("t", "u", None), &unit([0.0, 1.0, 0.0, 0.0]), 1, 0.0).await.expect("search");
