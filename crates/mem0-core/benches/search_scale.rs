@@ -10,14 +10,16 @@
 //! measured by the `embedded` and `long_turns` benchmarks.
 //!
 //! At each size, first one search (on the embedded store it builds the scope's index). After the
-//! searches: hybrid searches from 4 clients while one writer adds to the
+//! searches: hybrid's throughput as a share of dense's, from alternating slices of each (the
+//! machine's drift cancels out); hybrid searches from 4 clients while one writer adds to the
 //! same user (each search then catches up with the writes first); four writers adding 2,000
 //! one-message memories verbatim into the same scope (p50/p99/max per add, and the size of the
 //! SQLite write-ahead logs after); the process's resident memory.
 //!
 //! Run: `cargo bench -p mem0-core --bench search_scale` (env `BENCH_SCALES`, default
 //! `100,1000,10000`; `BENCH_STORES`, default `sqlite,pgvector`; `BENCH_REQUESTS` per cell,
-//! default 400; `BENCH_FACT_CHARS`, facts of at least that length; `BENCH_PG_EMBEDDING_STORAGE=
+//! default 400, more while a cell has lasted less than `BENCH_MIN_SECONDS`, default 1;
+//! `BENCH_FACT_CHARS`, facts of at least that length; `BENCH_PG_EMBEDDING_STORAGE=
 //! external`, pgvector's default column layout instead of the migrations';
 //! `BENCH_PG_INDEX_MAX_MEMORIES=0 BENCH_PG_RECORD_CACHE_ENTRIES=0`, Postgres without the
 //! in-process scope indexes and row cache: every search in SQL, as before [L]).
@@ -172,20 +174,32 @@ async fn load(memory: &Memory, caller: &Caller, user: &str, count: usize, rng: &
     }
 }
 
-/// Runs `requests` operations spread over `clients` concurrent tasks (`operation(index)` runs
-/// request number `index`); returns the sorted latencies and the wall time in seconds.
-async fn drive<F, Fut>(clients: usize, requests: usize, operation: F) -> (Vec<Duration>, f64)
+/// `BENCH_MIN_SECONDS`: the least wall time of a cell (default 1): a cell of a few hundred fast
+/// searches lasts a tenth of a second, and its throughput is then mostly noise.
+fn min_seconds() -> f64 {
+    std::env::var("BENCH_MIN_SECONDS").ok().and_then(|value| value.parse().ok()).unwrap_or(1.0)
+}
+
+/// Runs at least `requests` operations spread over `clients` concurrent tasks, and more until
+/// `least` has passed (`operation(index)` runs request number `index`); returns the sorted
+/// latencies and the wall time in seconds.
+async fn drive<F, Fut>(clients: usize, requests: usize, least: Duration, operation: F) -> (Vec<Duration>, f64)
 where
     F: Fn(usize) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = ()> + Send,
 {
     let started = Instant::now();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let tasks: Vec<_> = (0..clients)
-        .map(|client| {
-            let operation = operation.clone();
+        .map(|_| {
+            let (operation, next) = (operation.clone(), Arc::clone(&next));
             tokio::spawn(async move {
                 let mut latencies = Vec::new();
-                for index in (client..requests).step_by(clients) {
+                loop {
+                    let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if index >= requests && started.elapsed() >= least {
+                        break;
+                    }
                     let started = Instant::now();
                     operation(index).await;
                     latencies.push(started.elapsed());
@@ -210,7 +224,9 @@ where
     Fut: Future<Output = ()> + Send,
 {
     let (cpu_before, pg_before) = (own_cpu(), if with_postgres { postgres_cpu() } else { 0.0 });
-    let (latencies, wall) = drive(clients, requests, operation).await;
+    // A cell of one request (the first search of a scope) stays one.
+    let least = if requests > 1 { Duration::from_secs_f64(min_seconds()) } else { Duration::ZERO };
+    let (latencies, wall) = drive(clients, requests, least, operation).await;
     let per_search = |seconds: f64| seconds * 1000.0 / latencies.len() as f64;
     let server = per_search(own_cpu() - cpu_before);
     let database = if with_postgres { per_search(postgres_cpu() - pg_before) } else { 0.0 };
@@ -222,6 +238,64 @@ where
         server + database,
         server,
         database
+    );
+}
+
+/// A search request of `mode` for `query`, the top 10.
+fn search_request(user: &str, query: String, mode: SearchMode) -> SearchRequest {
+    SearchRequest {
+        scope: scope(user),
+        filter: None,
+        query,
+        top_k: 10,
+        threshold: 0.0,
+        show_expired: false,
+        include_superseded: false,
+        temporal: false,
+        reference_time: None,
+        decay: None,
+        mode,
+        explain: false,
+        rerank: false,
+    }
+}
+
+/// Dense and hybrid searches from 4 clients in alternating slices of 250 ms, 8 of each: hybrid's
+/// throughput as a share of dense's. This machine's speed drifts by ±20 % between runs and
+/// within one, which two cells a few seconds apart report as a change of the ratio; slices that
+/// alternate see the same drift.
+async fn paired_cell(label: &str, memory: &Memory, caller: &Caller, user: &str, queries: &Arc<Vec<String>>) {
+    const SLICES: usize = 8;
+    let mut done = [0usize; 2];
+    let mut wall = [0.0f64; 2];
+    let mut shares = Vec::new();
+    for _ in 0..SLICES {
+        let mut slice = [0.0f64; 2];
+        for (at, mode) in [SearchMode::Dense, SearchMode::Hybrid].into_iter().enumerate() {
+            let (memory, caller, queries, user) =
+                (memory.clone(), caller.clone(), Arc::clone(queries), user.to_owned());
+            let (latencies, seconds) = drive(4, 1, Duration::from_millis(250), move |index| {
+                let (memory, caller) = (memory.clone(), caller.clone());
+                let request = search_request(&user, queries[index % queries.len()].clone(), mode);
+                async move {
+                    memory.search(&caller, request).await.expect("search");
+                }
+            })
+            .await;
+            done[at] += latencies.len();
+            wall[at] += seconds;
+            slice[at] = latencies.len() as f64 / seconds;
+        }
+        shares.push(slice[1] / slice[0]);
+    }
+    shares.sort_by(f64::total_cmp);
+    let (dense, hybrid) = (done[0] as f64 / wall[0], done[1] as f64 / wall[1]);
+    println!(
+        "{label:<30} c=4   dense {dense:>6.0} req/s, hybrid {hybrid:>6.0} req/s: {:.0} % (slices {:.0}–{:.0} %, median {:.0} %)",
+        100.0 * hybrid / dense,
+        100.0 * shares[0],
+        100.0 * shares[SLICES - 1],
+        100.0 * shares[SLICES / 2]
     );
 }
 
@@ -241,21 +315,7 @@ async fn run_cell(
     let (memory, caller, queries, user) = (memory.clone(), caller.clone(), Arc::clone(queries), user.to_owned());
     search_cell(label, clients, requests, with_postgres, move |index| {
         let (memory, caller) = (memory.clone(), caller.clone());
-        let request = SearchRequest {
-            scope: scope(&user),
-            filter: None,
-            query: queries[index % queries.len()].clone(),
-            top_k: 10,
-            threshold: 0.0,
-            show_expired: false,
-            include_superseded: false,
-            temporal: false,
-            reference_time: None,
-            decay: None,
-            mode,
-            explain: false,
-            rerank: false,
-        };
+        let request = search_request(&user, queries[index % queries.len()].clone(), mode);
         async move {
             let outcome = memory.search(&caller, request).await.expect("search");
             assert!(!outcome.results.is_empty(), "a search found nothing");
@@ -289,7 +349,7 @@ async fn raw_knn(pool: &sqlx::PgPool, user: &str, clients: usize, requests: usiz
 /// already holds many memories: the write tail (checkpoints, lock waits) shows in p99.
 async fn write_cell(label: &str, memory: &Memory, caller: &Caller, user: &str, clients: usize, wal: &[PathBuf]) {
     let (memory, caller, user) = (memory.clone(), caller.clone(), user.to_owned());
-    let (latencies, wall) = drive(clients, 2_000, move |index| {
+    let (latencies, wall) = drive(clients, 2_000, Duration::ZERO, move |index| {
         let (memory, caller) = (memory.clone(), caller.clone());
         let request = verbatim(&user, vec![Rng(0x1234_5678 + index as u64).fact(index)]);
         async move {
@@ -362,6 +422,7 @@ async fn bench_store(
                 run_cell(&label, &memory, &caller, &user, mode, clients, requests, &queries, pool.is_some()).await;
             }
         }
+        paired_cell(&format!("{name} {count} hybrid/dense"), &memory, &caller, &user, &queries).await;
         if let Some(pool) = &pool {
             for clients in [1, 4, 16] {
                 raw_knn(pool, &user, clients, requests, &vectors).await;

@@ -13,7 +13,7 @@ use crate::analysis;
 use crate::entities;
 use crate::error::{Error, Result};
 use crate::providers::embedder::Embedder;
-use crate::store::{EntityProbe, ScopedQuery, VectorStore};
+use crate::store::{EntityProbe, FastMap, FastSet, ScopedQuery, VectorStore};
 use crate::types::MemoryRecord;
 
 /// Most entity-name embeddings kept for queries.
@@ -34,6 +34,14 @@ fn query_terms(text: &str) -> Vec<String> {
     terms.retain(|term| seen.insert(term.clone()));
     terms.truncate(MAX_QUERY_TERMS);
     terms
+}
+
+/// A candidate of a hybrid search: its row, the retrievers that brought it and, when the dense
+/// one did, the semantic score that retriever computed (the cosine, clipped, as [`semantic`]).
+struct Gathered {
+    record: Arc<MemoryRecord>,
+    sources: Vec<String>,
+    dense_score: Option<f32>,
 }
 
 /// The retrievers of one store and embedder, with their settings.
@@ -145,12 +153,14 @@ impl Retriever {
             self.store.entity_candidates(query, &probes, self.settings.entity_match_threshold, pool)
         )?;
 
-        let mut candidates: HashMap<Uuid, (Arc<MemoryRecord>, Vec<String>)> = HashMap::new();
+        let mut candidates: FastMap<Uuid, Gathered> = FastMap::default();
         for hit in dense {
-            candidates.insert(hit.record.id, (hit.record, vec!["dense".to_owned()]));
+            let gathered =
+                Gathered { sources: vec!["dense".to_owned()], dense_score: Some(hit.score), record: hit.record };
+            candidates.insert(gathered.record.id, gathered);
         }
         let keyword_ids: Vec<Uuid> = keyword_top.iter().map(|(id, _)| *id).collect();
-        let mut entity_set: HashSet<Uuid> = HashSet::new();
+        let mut entity_set: FastSet<Uuid> = FastSet::default();
         let entity_ids: Vec<Uuid> =
             entity_found.hits.iter().map(|hit| hit.memory_id).filter(|id| entity_set.insert(*id)).collect();
         let missing: Vec<Uuid> = keyword_ids
@@ -158,16 +168,16 @@ impl Retriever {
             .chain(&entity_ids)
             .filter(|id| !candidates.contains_key(id))
             .copied()
-            .collect::<HashSet<Uuid>>()
+            .collect::<FastSet<Uuid>>()
             .into_iter()
             .collect();
         for record in self.store.get_candidates(query, &missing).await? {
-            candidates.insert(record.id, (record, Vec::new()));
+            candidates.insert(record.id, Gathered { record, sources: Vec::new(), dense_score: None });
         }
         for (source, ids) in [("keyword", &keyword_ids), ("entity", &entity_ids)] {
             for id in ids {
-                if let Some((_, sources)) = candidates.get_mut(id) {
-                    sources.push(source.to_owned());
+                if let Some(gathered) = candidates.get_mut(id) {
+                    gathered.sources.push(source.to_owned());
                 }
             }
         }
@@ -181,13 +191,13 @@ impl Retriever {
         }
         let entity = EntityScores::new(EntityScores::weights(&entity_found.linked, bm25.doc_count), &entity_hits);
         let weights = self.settings.normalised_weights();
-        let asked_key = self.key_intent(&vector, candidates.values().map(|(record, _)| &**record)).await?;
+        let asked_key = self.key_intent(&vector, candidates.values().map(|gathered| &*gathered.record)).await?;
         Ok(candidates
             .into_values()
-            .map(|(record, sources)| {
+            .map(|Gathered { record, sources, dense_score }| {
                 let raw = bm25.score_text(&record.text_lemmatized);
-                let mut signals =
-                    [semantic(&vector, &record.embedding), bm25.normalised(raw), entity.signal(&record.id)];
+                let similarity = dense_score.unwrap_or_else(|| semantic(&vector, &record.embedding));
+                let mut signals = [similarity, bm25.normalised(raw), entity.signal(&record.id)];
                 let key_match = asked_key
                     .as_ref()
                     .filter(|(key, _)| record.state.state_key.as_deref() == Some(key.as_str()))

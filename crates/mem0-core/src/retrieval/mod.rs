@@ -13,13 +13,11 @@
 
 mod hybrid;
 
-use std::collections::HashMap;
-
 pub use self::hybrid::Retriever;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::store::{doc_len, term_frequencies, KeywordStats};
+use crate::store::{FastMap, KeywordStats};
 
 /// BM25 term-frequency saturation.
 pub const BM25_K1: f64 = 1.2;
@@ -142,8 +140,8 @@ impl RetrievalSettings {
 /// whatever filter finds it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Bm25 {
-    /// IDF of each distinct query term.
-    idf: HashMap<String, f64>,
+    /// IDF of each distinct query term, sorted by term.
+    idf: Vec<(String, f64)>,
     /// Mean analysed length over the scope (1 when unknown).
     avg_doc_len: f64,
     /// The normaliser: BM25 of an average-length memory holding every query term once (the sum
@@ -166,27 +164,48 @@ impl Bm25 {
             return Self { doc_count: stats.doc_count, avg_doc_len: 1.0, ..Self::default() };
         }
         let total = stats.doc_count as f64;
-        let idf: HashMap<String, f64> = terms
+        let mut idf: Vec<(String, f64)> = terms
             .iter()
             .map(|term| {
                 let df = stats.document_frequency.get(term).copied().unwrap_or(0) as f64;
                 (term.clone(), idf(df.min(total), total))
             })
             .collect();
-        let reference = idf.values().sum();
+        idf.sort_by(|a, b| a.0.cmp(&b.0));
+        idf.dedup_by(|a, b| a.0 == b.0);
+        let reference = idf.iter().map(|(_, idf)| idf).sum();
         let avg_doc_len = if stats.avg_doc_len > 0.0 { stats.avg_doc_len } else { 1.0 };
         Self { idf, avg_doc_len, reference, doc_count: stats.doc_count }
     }
 
-    /// The raw BM25 of a memory from its analysed text.
+    /// The raw BM25 of a memory from its analysed text (one pass over its terms, counting only
+    /// the query's; summed in term order).
     pub fn score_text(&self, text_lemmatized: &str) -> f64 {
         if self.idf.is_empty() {
             return 0.0;
         }
-        let length = f64::from(doc_len(text_lemmatized));
-        term_frequencies(text_lemmatized)
+        let mut frequencies = vec![0u32; self.idf.len()];
+        let mut length = 0u32;
+        let mut count = |term: &str| {
+            length = length.saturating_add(1);
+            // A few query terms: a scan comparing lengths first beats a search of the sorted list.
+            if let Some(at) = self.idf.iter().position(|(known, _)| known.len() == term.len() && known == term) {
+                frequencies[at] += 1;
+            }
+        };
+        // ASCII without a vertical tab (the one ASCII character `split_whitespace` splits at and
+        // `split_ascii_whitespace` does not) splits alike, without decoding characters.
+        if text_lemmatized.is_ascii() && !text_lemmatized.contains('\u{b}') {
+            text_lemmatized.split_ascii_whitespace().for_each(&mut count);
+        } else {
+            text_lemmatized.split_whitespace().for_each(&mut count);
+        }
+        let length = f64::from(length);
+        self.idf
             .iter()
-            .filter_map(|(term, tf)| self.idf.get(term).map(|idf| idf * self.saturation(f64::from(*tf), length)))
+            .zip(frequencies)
+            .filter(|(_, tf)| *tf > 0)
+            .map(|((_, idf), tf)| idf * self.saturation(f64::from(tf), length))
             .sum()
     }
 
@@ -199,9 +218,8 @@ impl Bm25 {
     /// `Σ weight(term) × tf / (tf + base + per_length × doc_len)`; returns the weight of each
     /// term (`idf × (k1 + 1)`), `base` and `per_length`.
     pub fn sql_weights(&self) -> (Vec<(String, f64)>, f64, f64) {
-        let mut weights: Vec<(String, f64)> =
+        let weights: Vec<(String, f64)> =
             self.idf.iter().map(|(term, idf)| (term.clone(), idf * (BM25_K1 + 1.0))).collect();
-        weights.sort_by(|a, b| a.0.cmp(&b.0));
         (weights, BM25_K1 * (1.0 - BM25_B), BM25_K1 * BM25_B / self.avg_doc_len)
     }
 
@@ -224,7 +242,7 @@ pub struct EntityScores {
     /// Weight of each query entity (its IDF over the scope).
     weights: Vec<f64>,
     /// Probes each scored memory is linked to.
-    linked: HashMap<Uuid, Vec<usize>>,
+    linked: FastMap<Uuid, Vec<usize>>,
 }
 
 impl EntityScores {
@@ -238,7 +256,7 @@ impl EntityScores {
 
     /// Scores memories by their `hits` (memory, probe) given the query entities' `weights`.
     pub fn new(weights: Vec<f64>, hits: &[crate::store::EntityHit]) -> Self {
-        let mut linked: HashMap<Uuid, Vec<usize>> = HashMap::new();
+        let mut linked: FastMap<Uuid, Vec<usize>> = FastMap::default();
         for hit in hits {
             if hit.probe < weights.len() {
                 let probes = linked.entry(hit.memory_id).or_default();
@@ -393,6 +411,27 @@ mod tests {
         assert!(normalised_b > 0.0 && normalised_b < 0.5);
         assert_eq!(bm25.score_text("unrelated words"), 0.0);
         assert_eq!(bm25.normalised(0.0), 0.0);
+    }
+
+    #[test]
+    fn a_memory_scores_alike_whatever_whitespace_separates_its_terms() {
+        // The postings a store sums are split by `split_whitespace` (`term_frequencies`,
+        // `doc_len`); `score_text` splits ASCII faster, and must split the same.
+        let terms = vec!["peanut".to_owned(), "allergi".to_owned(), "café".to_owned()];
+        let bm25 = Bm25::new(&stats(4, 5.0, &[("peanut", 1), ("allergi", 2), ("café", 1)]), &terms);
+        let spaced = bm25.score_text("peanut allergi peanut other café");
+        assert!(spaced > 0.0);
+        for text in [
+            "peanut\tallergi\npeanut\r\nother café",
+            "peanut\u{b}allergi\u{c}peanut other café",
+            "peanut\u{a0}allergi\u{2003}peanut  other\u{85}café",
+            "  peanut allergi peanut other café  ",
+        ] {
+            assert_eq!(crate::store::doc_len(text), 5, "{text:?}");
+            assert_eq!(bm25.score_text(text), spaced, "{text:?}");
+        }
+        // A vertical tab inside ASCII text separates terms too (`split_ascii_whitespace` would not).
+        assert_eq!(bm25.score_text("peanut\u{b}allergi"), bm25.score_text("peanut allergi"));
     }
 
     #[test]

@@ -7,12 +7,12 @@
 //! started reading, so a value read before a write can never outlive it in the cache (and two
 //! writers finishing in any order cannot leave the older value behind).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use uuid::Uuid;
 
+use super::FastMap;
 use crate::types::MemoryRecord;
 
 /// An embedding shared between the cache and a running search.
@@ -27,7 +27,7 @@ pub(crate) type RecordCache = Cache<Arc<MemoryRecord>>;
 /// Values by memory id; bounded, never a source of truth.
 #[derive(Debug, Default)]
 pub(crate) struct Cache<V> {
-    entries: RwLock<HashMap<Uuid, V>>,
+    entries: RwLock<FastMap<Uuid, V>>,
     capacity: usize,
     /// Bumped by every committed write.
     generation: AtomicU64,

@@ -26,15 +26,18 @@ use crate::error::Result;
 use crate::retrieval::{Bm25, EntityScores};
 use crate::scope::Scope;
 use crate::store::{
-    cap_matched, dot, matching_probes, term_frequencies, EntityCandidates, EntityHit, EntityProbe, KeywordCandidates,
-    KeywordStats, ScopedQuery,
+    cap_matched, dot, matching_probes, term_frequencies, EntityCandidates, EntityHit, EntityProbe, FastMap,
+    KeywordCandidates, KeywordStats, ScopedQuery,
 };
 
 /// Changed memories worth patching into an index in one go (else it is rebuilt), at least.
 const PATCH_MIN: usize = 256;
 /// Entries from which a search of an index tells the runtime it blocks (`block_in_place`): a few
 /// milliseconds of CPU without an await would hold up the other tasks of its worker. A writer next
-/// to a stream of searches over 10,000 memories managed 2 adds/s without; 196 with.
+/// to a stream of searches over 10,000 memories managed 2 adds/s without; 196 with. (The keyword
+/// and entity searches of a hybrid search read far fewer entries, but running them inline rather
+/// than blocking made hybrid searches over 10,000 memories ~15 % slower: once one search of a task
+/// has blocked, the next ones cost little more.)
 const BLOCKING_MIN: usize = 2_000;
 /// Removed entries an index keeps as tombstones before it is compacted.
 const TOMBSTONES_MIN: usize = 1024;
@@ -122,18 +125,48 @@ impl Slot {
 
     /// Runs `work` on the index (as blocking work when the index is large and the runtime has
     /// other workers to take over); `None` when there is no index (dropped meanwhile).
-    pub(crate) async fn run<T: Send + 'static>(
-        self: Arc<Self>,
-        work: impl FnOnce(&ScopeIndex) -> T + Send + 'static,
-    ) -> Result<Option<T>> {
+    fn run<T>(&self, work: impl FnOnce(&ScopeIndex) -> T) -> Option<T> {
         let large = self.read().as_ref().is_some_and(|index| index.ids.len() >= BLOCKING_MIN);
         let multi_thread = tokio::runtime::Handle::try_current()
             .is_ok_and(|runtime| runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
         if large && multi_thread {
             // The worker hands its other tasks to another thread while this runs.
-            return Ok(tokio::task::block_in_place(|| self.read().as_ref().map(work)));
+            return tokio::task::block_in_place(|| self.read().as_ref().map(work));
         }
-        Ok(self.read().as_ref().map(work))
+        self.read().as_ref().map(work)
+    }
+
+    /// [`ScopeIndex::dense`] (every entry, or `only`).
+    pub(crate) fn dense(
+        &self,
+        query: &ScopedQuery,
+        vector: &[f32],
+        limit: usize,
+        threshold: f32,
+        only: Option<&[Uuid]>,
+    ) -> Option<Vec<Candidate>> {
+        self.run(|index| index.dense(query, vector, limit, threshold, only))
+    }
+
+    /// [`ScopeIndex::keywords`].
+    pub(crate) fn keywords(&self, query: &ScopedQuery, terms: &[String], limit: usize) -> Option<KeywordCandidates> {
+        self.run(|index| index.keywords(query, terms, limit))
+    }
+
+    /// [`ScopeIndex::entities`].
+    pub(crate) fn entities(
+        &self,
+        query: &ScopedQuery,
+        probes: &[EntityProbe],
+        threshold: f32,
+        limit: usize,
+    ) -> Option<EntityCandidates> {
+        self.run(|index| index.entities(query, probes, threshold, limit))
+    }
+
+    /// [`ScopeIndex::links_of`].
+    pub(crate) fn links_of(&self, matched: &[(String, Vec<usize>)], memory_ids: &[Uuid]) -> Option<Vec<EntityHit>> {
+        self.run(|index| index.links_of(matched, memory_ids))
     }
 
     /// The row version the index holds of each of `ids` (`None`: not in the scope's index).
@@ -367,11 +400,11 @@ pub(crate) struct ScopeIndex {
     doc_len: Vec<u32>,
     versions: Vec<u64>,
     /// Live entries by id.
-    position: HashMap<Uuid, u32>,
+    position: FastMap<Uuid, u32>,
     /// Term → (entry, term frequency).
-    postings: HashMap<String, Vec<(u32, u32)>>,
+    postings: FastMap<String, Vec<(u32, u32)>>,
     /// Entity row id → entries linked to it.
-    links: HashMap<String, Vec<u32>>,
+    links: FastMap<String, Vec<u32>>,
     /// The scope's entity rows (every row under the query's ids).
     entities: ScopeEntities,
     /// Live entries and their total analysed length (the keyword statistics).
@@ -562,41 +595,42 @@ impl ScopeIndex {
         }
         let (weights, base, per_length) = Bm25::new(&stats, terms).sql_weights();
         // Summed per entry in a dense array (a common term is in thousands of memories).
+        // Every term's weight is positive, so a score of zero marks an entry no term reached.
         let mut scores: Vec<f64> = vec![0.0; self.ids.len()];
-        let mut touched: Vec<bool> = vec![false; self.ids.len()];
-        let mut matching: Vec<usize> = Vec::new();
+        let mut matching: Vec<u32> = Vec::new();
         for (term, weight) in &weights {
             for (entry, tf) in self.postings.get(term).map_or(&[][..], Vec::as_slice) {
                 let at = *entry as usize;
                 if !self.alive(at) || !self.shown(query, at) {
                     continue;
                 }
-                if !touched[at] {
-                    touched[at] = true;
-                    matching.push(at);
+                if scores[at] == 0.0 {
+                    matching.push(*entry);
                 }
                 let tf = f64::from(*tf);
                 scores[at] += weight * tf / (tf + base + per_length * f64::from(self.doc_len[at]));
             }
         }
-        let mut top: Vec<(Uuid, f64)> = matching.into_iter().map(|entry| (self.ids[entry], scores[entry])).collect();
-        let order = |a: &(Uuid, f64), b: &(Uuid, f64)| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0));
-        if top.len() > limit {
-            top.select_nth_unstable_by(limit, order);
-            top.truncate(limit);
-        }
-        top.sort_by(order);
+        // Best score first, ties by the smaller id.
+        let top = best_of(matching, limit, |entry| {
+            (ordered(scores[entry as usize]), std::cmp::Reverse(self.ids[entry as usize].as_u128()))
+        });
+        let top = top.into_iter().map(|entry| (self.ids[entry as usize], scores[entry as usize])).collect();
         KeywordCandidates { stats, top }
     }
 
     /// The links of `memory_ids` to the `matched` entity rows, one hit per link and probe (as the
     /// SQL of `EntityIndex::entity_links`).
     pub(crate) fn links_of(&self, matched: &[(String, Vec<usize>)], memory_ids: &[Uuid]) -> Vec<EntityHit> {
-        let wanted: HashSet<u32> = memory_ids.iter().filter_map(|id| self.position.get(id).copied()).collect();
+        // A flag per entry rather than a set: a common name links thousands of memories.
+        let mut wanted = vec![false; self.ids.len()];
+        for entry in memory_ids.iter().filter_map(|id| self.position.get(id)) {
+            wanted[*entry as usize] = true;
+        }
         let mut hits = Vec::new();
         for (entity, probes) in matched {
             for entry in self.links.get(entity).map_or(&[][..], Vec::as_slice) {
-                if wanted.contains(entry) && self.alive(*entry as usize) {
+                if wanted[*entry as usize] && self.alive(*entry as usize) {
                     let memory_id = self.ids[*entry as usize];
                     hits.extend(probes.iter().map(|probe| EntityHit { memory_id, probe: *probe }));
                 }
@@ -659,25 +693,24 @@ impl ScopeIndex {
         // Summed over links (a memory linked to two rows one probe matches counts it twice here,
         // once in its score), as the SQL does.
         let mut scores: Vec<f64> = vec![0.0; self.ids.len()];
-        let mut touched: Vec<usize> = Vec::new();
+        let mut touched: Vec<u32> = Vec::new();
         for (entity, matching) in &found.matched {
             let weight: f64 = matching.iter().map(|probe| weights.get(*probe).copied().unwrap_or(0.0)).sum();
             for entry in linked(entity) {
                 if stamp[entry] != u32::MAX {
                     stamp[entry] = u32::MAX;
-                    touched.push(entry);
+                    touched.push(entry as u32);
                 }
                 scores[entry] += weight;
             }
         }
-        let order =
-            |a: &usize, b: &usize| scores[*b].total_cmp(&scores[*a]).then_with(|| self.ids[*b].cmp(&self.ids[*a]));
-        touched.retain(|entry| self.shown(query, *entry));
-        if touched.len() > limit {
-            touched.select_nth_unstable_by(limit, order);
-            touched.truncate(limit);
-        }
-        touched.sort_by(order);
+        touched.retain(|entry| self.shown(query, *entry as usize));
+        // Best score first, ties by the larger id (as the SQL orders them).
+        let touched: Vec<usize> =
+            best_of(touched, limit, |entry| (ordered(scores[entry as usize]), self.ids[entry as usize].as_u128()))
+                .into_iter()
+                .map(|entry| entry as usize)
+                .collect();
         // The probes of each ranked memory: the matched rows it links to.
         let mut rank: Vec<u32> = vec![0; self.ids.len()];
         for (position, entry) in touched.iter().enumerate() {
@@ -706,6 +739,35 @@ impl ScopeIndex {
             .collect();
         found
     }
+}
+
+/// A key ordering `value` as [`f64::total_cmp`] does.
+fn ordered(value: f64) -> i64 {
+    let bits = value.to_bits() as i64;
+    bits ^ (((bits >> 63) as u64) >> 1) as i64
+}
+
+/// The `limit` entries of `entries` with the largest `key`, largest first: one pass with a heap
+/// of the best so far, whose weakest turns most entries away with one comparison (a common term
+/// or name reaches thousands of entries, of which a search keeps a few dozen).
+fn best_of<K: Ord>(entries: Vec<u32>, limit: usize, key: impl Fn(u32) -> K) -> Vec<u32> {
+    use std::cmp::Reverse;
+    let mut heap: std::collections::BinaryHeap<Reverse<(K, u32)>> =
+        std::collections::BinaryHeap::with_capacity(limit.min(entries.len()) + 1);
+    if limit == 0 {
+        return Vec::new();
+    }
+    for entry in entries {
+        let candidate = (key(entry), entry);
+        if heap.len() < limit {
+            heap.push(Reverse(candidate));
+        } else if let Some(mut weakest) = heap.peek_mut() {
+            if candidate > weakest.0 {
+                *weakest = Reverse(candidate);
+            }
+        }
+    }
+    heap.into_sorted_vec().into_iter().map(|Reverse((_, entry))| entry).collect()
 }
 
 #[cfg(test)]

@@ -554,6 +554,14 @@ pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f32 {
     dot(a, b)
 }
 
+/// A map hashed with a fast, per-process seeded hasher (foldhash, hashbrown's default): the maps
+/// a search reads many times, keyed by memory id or analysed term (SipHash, std's default, was a
+/// few percent of a hybrid search).
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// A set hashed as [`FastMap`].
+pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
 /// Dot product of two vectors of equal length, in eight independent lanes: a single running sum
 /// is one long chain of dependent additions the compiler may not reorder (floating point), so it
 /// runs at one addition per add latency; eight lanes vectorise. Exact search over 10,000

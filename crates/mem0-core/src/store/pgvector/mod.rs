@@ -536,11 +536,7 @@ impl VectorIndex for PgVectorStore {
         }
         if query.filter.is_none() {
             if let Some(slot) = self.indexes.fresh(query).await? {
-                let (owned_query, owned_vector) = (query.clone(), vector.to_vec());
-                let best = Arc::clone(&slot)
-                    .run(move |index| index.dense(&owned_query, &owned_vector, limit, threshold, None))
-                    .await?;
-                if let Some(best) = best {
+                if let Some(best) = slot.dense(query, vector, limit, threshold, None) {
                     let ids: Vec<Uuid> = best.iter().map(|candidate| candidate.id).collect();
                     let records = self.rows_as_indexed(&query.tenant, &slot, &ids).await?;
                     return Ok(scored(best, records));
@@ -729,8 +725,7 @@ impl KeywordIndex for PgVectorStore {
     ) -> Result<KeywordCandidates> {
         if query.filter.is_none() {
             if let Some(slot) = self.indexes.fresh(query).await? {
-                let (query, terms) = (query.clone(), terms.to_vec());
-                if let Some(found) = slot.run(move |index| index.keywords(&query, &terms, limit)).await? {
+                if let Some(found) = slot.keywords(query, terms, limit) {
                     return Ok(found);
                 }
             }
@@ -844,8 +839,7 @@ impl EntityIndex for PgVectorStore {
         }
         if query.filter.is_none() {
             if let Some(slot) = self.indexes.fresh(query).await? {
-                let (query, probes) = (query.clone(), probes.to_vec());
-                if let Some(found) = slot.run(move |index| index.entities(&query, &probes, threshold, limit)).await? {
+                if let Some(found) = slot.entities(query, probes, threshold, limit) {
                     return Ok(found);
                 }
             }
@@ -992,8 +986,7 @@ impl EntityIndex for PgVectorStore {
         }
         // The index holds every link of the scope (a filter narrows memories, not links).
         if let Some(slot) = self.indexes.fresh(query).await? {
-            let (matched, memory_ids) = (matched.to_vec(), memory_ids.to_vec());
-            if let Some(hits) = slot.run(move |index| index.links_of(&matched, &memory_ids)).await? {
+            if let Some(hits) = slot.links_of(matched, memory_ids) {
                 return Ok(hits);
             }
         }

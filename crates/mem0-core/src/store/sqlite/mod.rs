@@ -555,27 +555,15 @@ impl VectorIndex for SqliteStore {
             return Ok(Vec::new());
         }
         let index = self.indexes.fresh(query).await?;
-        let (owned_query, owned_vector) = (query.clone(), vector.to_vec());
         let best = match (&index, &query.filter) {
-            (Some(slot), None) => {
-                Arc::clone(slot)
-                    .run(move |index| index.dense(&owned_query, &owned_vector, limit, threshold, None))
-                    .await?
-            }
+            (Some(slot), None) => slot.dense(query, vector, limit, threshold, None),
             _ => None,
         };
         let best = match (best, index) {
             (Some(best), _) => best,
             (None, index) => {
                 let ids = self.visible_ids(query).await?;
-                let (owned_query, owned_vector, only) = (query.clone(), vector.to_vec(), ids.clone());
-                let from_index = match index {
-                    Some(slot) => {
-                        slot.run(move |index| index.dense(&owned_query, &owned_vector, limit, threshold, Some(&only)))
-                            .await?
-                    }
-                    None => None,
-                };
+                let from_index = index.and_then(|slot| slot.dense(query, vector, limit, threshold, Some(&ids)));
                 match from_index {
                     Some(best) => best,
                     None => self.dense_from_database(query, &ids, vector, limit, threshold).await?,
@@ -708,8 +696,7 @@ impl KeywordIndex for SqliteStore {
     ) -> Result<KeywordCandidates> {
         if query.filter.is_none() {
             if let Some(slot) = self.indexes.fresh(query).await? {
-                let (query, terms) = (query.clone(), terms.to_vec());
-                if let Some(found) = slot.run(move |index| index.keywords(&query, &terms, limit)).await? {
+                if let Some(found) = slot.keywords(query, terms, limit) {
                     return Ok(found);
                 }
             }
@@ -843,8 +830,7 @@ impl EntityIndex for SqliteStore {
         }
         if query.filter.is_none() {
             if let Some(slot) = self.indexes.fresh(query).await? {
-                let (query, probes) = (query.clone(), probes.to_vec());
-                if let Some(found) = slot.run(move |index| index.entities(&query, &probes, threshold, limit)).await? {
+                if let Some(found) = slot.entities(query, probes, threshold, limit) {
                     return Ok(found);
                 }
             }
@@ -943,8 +929,7 @@ impl EntityIndex for SqliteStore {
         }
         // The index holds every link of the scope (a filter narrows memories, not links).
         if let Some(slot) = self.indexes.fresh(query).await? {
-            let (matched, memory_ids) = (matched.to_vec(), memory_ids.to_vec());
-            if let Some(hits) = slot.run(move |index| index.links_of(&matched, &memory_ids)).await? {
+            if let Some(hits) = slot.links_of(matched, memory_ids) {
                 return Ok(hits);
             }
         }
