@@ -581,11 +581,16 @@ impl ScopeIndex {
     pub(crate) fn keywords(&self, query: &ScopedQuery, terms: &[String], limit: usize) -> KeywordCandidates {
         let avg_doc_len = if self.docs > 0 { self.total_len as f64 / self.docs as f64 } else { 0.0 };
         let mut stats = KeywordStats { doc_count: self.docs, avg_doc_len, document_frequency: HashMap::new() };
+        // Without tombstones every posting is live: the list's length is the count.
+        let tombstones = self.ids.len() > self.position.len();
         for term in terms {
-            let count = self
-                .postings
-                .get(term)
-                .map_or(0, |list| list.iter().filter(|(entry, _)| self.alive(*entry as usize)).count());
+            let count = self.postings.get(term).map_or(0, |list| {
+                if tombstones {
+                    list.iter().filter(|(entry, _)| self.alive(*entry as usize)).count()
+                } else {
+                    list.len()
+                }
+            });
             if count > 0 {
                 stats.document_frequency.insert(term.clone(), count as u64);
             }
