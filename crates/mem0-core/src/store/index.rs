@@ -784,6 +784,24 @@ mod tests {
     }
 
     #[test]
+    fn the_best_entries_come_first_ties_broken_by_the_key() {
+        let values = [f64::NEG_INFINITY, -1.0, -0.0, 0.0, 1e-300, 1.0, f64::INFINITY, f64::NAN];
+        for a in values {
+            for b in values {
+                assert_eq!(ordered(a).cmp(&ordered(b)), a.total_cmp(&b), "{a} vs {b}");
+            }
+        }
+        let scores = [0.5, 2.0, 1.0, 2.0, 0.25, 2.0];
+        // Best score first, ties by the smaller entry (as keywords breaks them by the smaller id).
+        let key = |entry: u32| (ordered(scores[entry as usize]), std::cmp::Reverse(entry));
+        assert_eq!(best_of((0..6).collect(), 4, key), vec![1, 3, 5, 2]);
+        assert_eq!(best_of((0..6).rev().collect(), 2, key), vec![1, 3]);
+        assert_eq!(best_of((0..6).collect(), 10, key), vec![1, 3, 5, 2, 0, 4]);
+        assert!(best_of((0..6).collect(), 0, key).is_empty());
+        assert!(best_of(Vec::new(), 3, key).is_empty());
+    }
+
+    #[test]
     fn a_memory_is_within_the_scopes_whose_ids_it_carries() {
         let memory = scope(Some("alice"), Some("bot"));
         assert!(within(&memory, &scope(Some("alice"), None)));
