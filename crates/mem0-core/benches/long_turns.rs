@@ -10,6 +10,8 @@
 //! The turns are generated (deterministic), not taken from a dataset: sentences in the style of
 //! an assistant's reply, each naming one to three entities.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +20,7 @@ use mem0_core::history::HistoryStore;
 use mem0_core::memory::SearchMode;
 use mem0_core::providers::embedder::{Embedder, LocalEmbedder};
 use mem0_core::store::SqliteStore;
-use mem0_core::{AddRequest, Caller, Memory, Message, Scope, SearchRequest};
+use mem0_core::{AddRequest, Caller, Memory, Message, Scope};
 
 const DEFAULT_MODEL_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/all-MiniLM-L6-v2");
 /// Concurrent writers in the concurrency phase, and turns each adds.
@@ -129,24 +131,6 @@ fn add_request(user: &str, text: String) -> AddRequest {
     }
 }
 
-fn search_request(user: &str, query: String, mode: SearchMode) -> SearchRequest {
-    SearchRequest {
-        scope: Scope { user_id: Some(user.to_owned()), agent_id: None, run_id: None },
-        filter: None,
-        query,
-        top_k: 10,
-        threshold: 0.0,
-        show_expired: false,
-        include_superseded: false,
-        temporal: false,
-        reference_time: None,
-        decay: None,
-        mode,
-        explain: false,
-        rerank: false,
-    }
-}
-
 fn main() {
     // Before the runtime starts any thread (see `pin_thread_count`).
     mem0_core::providers::embedder::pin_thread_count();
@@ -199,10 +183,16 @@ async fn run() {
         let mut hybrid = Vec::new();
         for text in &texts {
             let started = Instant::now();
-            memory.search(&caller, search_request("single", text.clone(), SearchMode::Dense)).await.expect("search");
+            memory
+                .search(&caller, common::search_request("single", text.clone(), SearchMode::Dense))
+                .await
+                .expect("search");
             dense.push(started.elapsed());
             let started = Instant::now();
-            memory.search(&caller, search_request("single", text.clone(), SearchMode::Hybrid)).await.expect("search");
+            memory
+                .search(&caller, common::search_request("single", text.clone(), SearchMode::Hybrid))
+                .await
+                .expect("search");
             hybrid.push(started.elapsed());
         }
         let (alone, adds) = (p50(alone), p50(adds));

@@ -39,7 +39,7 @@ use mem0_core::history::HistoryStore;
 use mem0_core::memory::SearchMode;
 use mem0_core::providers::embedder::Embedder;
 use mem0_core::store::{PgVectorConfig, PgVectorStore, SqliteStore, VectorIndex, VectorStore};
-use mem0_core::{AddRequest, Caller, Memory, Message, Scope, SearchRequest};
+use mem0_core::{AddRequest, Caller, Memory, Message, Scope};
 use uuid::Uuid;
 
 const DIM: usize = 384;
@@ -241,25 +241,6 @@ where
     );
 }
 
-/// A search request of `mode` for `query`, the top 10.
-fn search_request(user: &str, query: String, mode: SearchMode) -> SearchRequest {
-    SearchRequest {
-        scope: scope(user),
-        filter: None,
-        query,
-        top_k: 10,
-        threshold: 0.0,
-        show_expired: false,
-        include_superseded: false,
-        temporal: false,
-        reference_time: None,
-        decay: None,
-        mode,
-        explain: false,
-        rerank: false,
-    }
-}
-
 /// Dense and hybrid searches from 4 clients in alternating slices of 250 ms, 8 of each: hybrid's
 /// throughput as a share of dense's. This machine's speed drifts by ±20 % between runs and
 /// within one, which two cells a few seconds apart report as a change of the ratio; slices that
@@ -276,7 +257,7 @@ async fn paired_cell(label: &str, memory: &Memory, caller: &Caller, user: &str, 
                 (memory.clone(), caller.clone(), Arc::clone(queries), user.to_owned());
             let (latencies, seconds) = drive(4, 1, Duration::from_millis(250), move |index| {
                 let (memory, caller) = (memory.clone(), caller.clone());
-                let request = search_request(&user, queries[index % queries.len()].clone(), mode);
+                let request = common::search_request(&user, queries[index % queries.len()].clone(), mode);
                 async move {
                     memory.search(&caller, request).await.expect("search");
                 }
@@ -315,7 +296,7 @@ async fn run_cell(
     let (memory, caller, queries, user) = (memory.clone(), caller.clone(), Arc::clone(queries), user.to_owned());
     search_cell(label, clients, requests, with_postgres, move |index| {
         let (memory, caller) = (memory.clone(), caller.clone());
-        let request = search_request(&user, queries[index % queries.len()].clone(), mode);
+        let request = common::search_request(&user, queries[index % queries.len()].clone(), mode);
         async move {
             let outcome = memory.search(&caller, request).await.expect("search");
             assert!(!outcome.results.is_empty(), "a search found nothing");

@@ -1,5 +1,8 @@
 //! What several benchmarks share (each bench is its own crate: `mod common;`).
 
+// Each bench uses part of it.
+#![allow(dead_code)]
+
 /// CPU seconds (user + system) of the processes whose `/proc/<pid>/stat` passes `select`
 /// (`pid`, process name): this process, or every `postgres` process on the machine.
 pub fn cpu_seconds(select: impl Fn(u32, &str) -> bool) -> f64 {
@@ -21,4 +24,23 @@ pub fn cpu_seconds(select: impl Fn(u32, &str) -> bool) -> f64 {
         }
     }
     total as f64 / ticks_per_second
+}
+
+/// A search of `user`'s memories for `query` in `mode`, the top 10, defaults otherwise.
+pub fn search_request(user: &str, query: String, mode: mem0_core::memory::SearchMode) -> mem0_core::SearchRequest {
+    mem0_core::SearchRequest {
+        scope: mem0_core::Scope { user_id: Some(user.to_owned()), agent_id: None, run_id: None },
+        filter: None,
+        query,
+        top_k: 10,
+        threshold: 0.0,
+        show_expired: false,
+        include_superseded: false,
+        temporal: false,
+        reference_time: None,
+        decay: None,
+        mode,
+        explain: false,
+        rerank: false,
+    }
 }
